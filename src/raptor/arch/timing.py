@@ -1,0 +1,118 @@
+"""Unit cost formulas of pimsim-nn (latency in ns, energy in pJ), shared by the simulator, the
+compilers' cost models and the bounds.
+
+Sources: pimsim-nn `XbarArray.cpp` / `ArrayGroup.cpp` (MVM), `VectorUnit.cpp`, `Memory.cpp`,
+`Network.cpp`; reference figures in PIMCOMP notes §3.4-3.5. Integer divisions that pimsim-nn
+rounds up are rounded up here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from raptor.arch.loader import Arch, MemoryConfig
+
+
+@dataclass(frozen=True)
+class MvmCost:
+    cycles: int
+    latency_ns: float
+    energy_per_crossbar_pj: float
+
+
+def mvm_cost(arch: Arch, input_bits: int) -> MvmCost:
+    """Compute latency and per-crossbar energy of one MVM at `input_bits` input width."""
+    m = arch.matrix
+    input_times = math.ceil(input_bits / m.dac_resolution)
+    dac_times = math.ceil(m.rows / m.dac_count)
+    adc_times = math.ceil(m.cols / m.adc_count)
+    xbar_read = math.ceil(m.xbar_latency / m.period)
+    front = m.input_buffer_latency_cycle + m.dac_latency_cycle + xbar_read + m.sample_hold_latency_cycle
+    back = (
+        m.adc_latency_cycle
+        + m.shift_adder_latency_cycle
+        + m.output_buffer_latency_cycle
+        + (adc_times - 1) * max(m.adc_latency_cycle, m.shift_adder_latency_cycle + m.output_buffer_latency_cycle)
+    )
+    passes = input_times * dac_times
+    if m.pipeline_mode:
+        cycles = front + back + (passes - 1) * max(front, back)
+    else:
+        cycles = (front + back) * passes
+    p = m.period
+    front_e = (
+        p * m.input_buffer_dynamic_power * m.input_buffer_latency_cycle
+        + p * m.dac_dynamic_power * m.dac_latency_cycle * m.dac_count
+        + m.xbar_read_power * m.xbar_latency
+        + p * m.sample_hold_dynamic_power * m.sample_hold_latency_cycle * m.cols
+    )
+    back_e = adc_times * (
+        p * m.adc_dynamic_power * m.adc_latency_cycle * m.adc_count
+        + p * m.shift_adder_dynamic_power * m.shift_adder_latency_cycle
+        + p * m.output_buffer_dynamic_power * m.output_buffer_latency_cycle
+    )
+    return MvmCost(cycles=cycles, latency_ns=cycles * p, energy_per_crossbar_pj=passes * (front_e + back_e))
+
+
+def mvm_local_read_bytes(arch: Arch, rows: int, input_bits: int) -> int:
+    """Bytes an MVM reads from local memory: pimsim-nn reads xbar rows * input bytes * 8
+    ("for compare with mnsim"), whatever the number of rows actually used."""
+    return arch.matrix.rows * math.ceil(input_bits / 8) * 8
+
+
+def mvm_local_write_bytes(arch: Arch, crossbars: int, weight_bits: int, output_bits: int) -> int:
+    """Bytes an MVM writes to local memory: (cols * cell_precision / mbiw) * output bytes per crossbar."""
+    m = arch.matrix
+    return (m.cols * m.cell_precision // weight_bits) * math.ceil(output_bits / 8) * crossbars
+
+
+def memory_latency_ns(mem: MemoryConfig, size_bytes: int, write: bool) -> float:
+    beats = math.ceil(size_bytes / mem.data_width)
+    cycles = mem.write_latency_cycle if write else mem.read_latency_cycle
+    return beats * cycles * mem.period
+
+
+def memory_energy_pj(mem: MemoryConfig, size_bytes: int, write: bool) -> float:
+    beats = math.ceil(size_bytes / mem.data_width)
+    return beats * (mem.write_dynamic_energy if write else mem.read_dynamic_energy)
+
+
+def vector_compute_ns(arch: Arch, length: int) -> float:
+    """Vector unit compute time: ceil(len / width) * latency cycles (added as ns, as pimsim-nn)."""
+    return math.ceil(length / arch.core.vector_width) * arch.core.vector_latency_cycle
+
+
+def vector_energy_pj(arch: Arch, length: int) -> float:
+    c = arch.core
+    times = math.ceil(length / c.vector_width)
+    return times * (c.vector_alu_dynamic_energy + 2 * c.vector_reg_read_energy + c.vector_reg_write_energy)
+
+
+def flits(arch: Arch, size_bytes: int) -> int:
+    return math.ceil(size_bytes / arch.noc.bus_width)
+
+
+def link_latency_ns(arch: Arch, src: int, dst: int) -> float:
+    """Per-flit latency between two cores (or a core and global memory, id = switch id)."""
+    n = arch.noc
+    if src == n.global_memory_switch_id or dst == n.global_memory_switch_id:
+        return n.global_memory_latency_ns
+    hops, chip_hops = arch.hops(src, dst)
+    lat = n.base_latency_ns + n.hop_latency_ns * hops
+    if chip_hops and arch.inter_chip is not None:
+        ic = arch.inter_chip
+        lat += chip_hops * (ic.latency_ns + n.bus_width / ic.bandwidth_gb_per_s)
+    return lat
+
+
+def link_energy_pj(arch: Arch, src: int, dst: int) -> float:
+    """Per-flit energy between two endpoints (mesh flat 46 pJ; inter-chip adds link energy)."""
+    n = arch.noc
+    e = n.flit_energy_pj
+    if src != n.global_memory_switch_id and dst != n.global_memory_switch_id and arch.inter_chip is not None:
+        _, chip_hops = arch.hops(src, dst)
+        if chip_hops:
+            ic = arch.inter_chip
+            e += chip_hops * ic.link_power_mw * (n.bus_width / ic.bandwidth_gb_per_s) / 1000.0
+    return e

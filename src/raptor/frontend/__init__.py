@@ -1,0 +1,1 @@
+"""ONNX frontend: import, clean up, fold and fuse into the graph IR."""

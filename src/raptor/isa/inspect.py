@@ -1,0 +1,62 @@
+"""Summaries of a pim/ directory for `raptor inspect`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from raptor.isa.pimdir import read_pimdir
+from raptor.isa.table import opcode_counts
+
+
+def inspect_pimdir(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if (path / "pim" / "config.json").is_file():
+        path = path / "pim"
+    prog = read_pimdir(path, load_data=False)
+    per_core = []
+    total: dict[str, int] = {}
+    for i, stream in enumerate(prog.cores):
+        counts = opcode_counts(stream)
+        for k, v in counts.items():
+            total[k] = total.get(k, 0) + v
+        per_core.append({"core": i, "instructions": len(stream), "array_groups": len(prog.array_group_map[i]),
+                         "crossbars": int(sum(prog.array_group_map[i]))})
+    files = {p.name: p.stat().st_size for p in sorted(path.iterdir()) if p.is_file()}
+    return {
+        "dir": str(path),
+        "core_cnt": prog.core_cnt,
+        "active_cores": sum(1 for s in prog.cores if len(s)),
+        "instructions": int(sum(len(s) for s in prog.cores)),
+        "by_opcode": dict(sorted(total.items(), key=lambda kv: -kv[1])),
+        "array_groups": int(sum(len(a) for a in prog.array_group_map)),
+        "crossbars": int(sum(sum(a) for a in prog.array_group_map)),
+        "max_core_instructions": int(max((len(s) for s in prog.cores), default=0)),
+        "bytes": files,
+        "total_bytes": int(sum(files.values())),
+        "meta": {k: v for k, v in prog.meta.items() if k in ("compiler", "arch", "mode", "pipeline", "element_bytes")},
+        "per_core": per_core,
+    }
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    lines = [
+        f"pim directory  {s['dir']}",
+        f"cores          {s['core_cnt']} ({s['active_cores']} with instructions)",
+        f"instructions   {s['instructions']} (largest core {s['max_core_instructions']})",
+        f"array groups   {s['array_groups']} over {s['crossbars']} crossbars",
+        f"bytes          {s['total_bytes']} ({', '.join(f'{k} {v}' for k, v in s['bytes'].items() if not k.startswith('core_'))})",
+    ]
+    if s["meta"]:
+        lines.append("compiled for   " + ", ".join(f"{k}={v}" for k, v in s["meta"].items()))
+    lines.append("by opcode:")
+    width = max((len(k) for k in s["by_opcode"]), default=4)
+    for k, v in s["by_opcode"].items():
+        lines.append(f"  {k:<{width}}  {v:>10}  {100.0 * v / max(s['instructions'], 1):5.1f}%")
+    return "\n".join(lines)
+
+
+def stream_bytes(stream: np.ndarray) -> int:
+    return int(stream.nbytes)

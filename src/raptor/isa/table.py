@@ -1,0 +1,93 @@
+"""Instruction streams as numpy structured arrays whose fields are the 20-byte `.pim` record.
+
+A stream is built in whole blocks (`make` broadcasts scalars and arrays), never one Python object
+per instruction. `INST_DTYPE.itemsize == 20` and `stream.tobytes()` is exactly the record area of
+a `.pim` file.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from raptor.isa.opcodes import Opcode
+
+INST_DTYPE = np.dtype(
+    [
+        ("opcode", "u1"),
+        ("rd", "u1"),
+        ("r1", "u1"),
+        ("flags", "u1"),
+        ("r2_or_imm", "<i4"),
+        ("generic1", "<i4"),
+        ("generic2", "<i4"),
+        ("generic3", "<i4"),
+    ]
+)
+assert INST_DTYPE.itemsize == 20
+
+FIELDS = INST_DTYPE.names
+
+
+def empty(n: int = 0) -> np.ndarray:
+    """A zeroed stream of n records."""
+    return np.zeros(n, dtype=INST_DTYPE)
+
+
+def make(
+    opcode: Opcode | int | np.ndarray,
+    n: int | None = None,
+    *,
+    rd=0,
+    r1=0,
+    r2_or_imm=0,
+    generic1=0,
+    generic2=0,
+    generic3=0,
+) -> np.ndarray:
+    """Build a block of records; every argument may be a scalar or an array of length n."""
+    values = {
+        "opcode": opcode,
+        "rd": rd,
+        "r1": r1,
+        "r2_or_imm": r2_or_imm,
+        "generic1": generic1,
+        "generic2": generic2,
+        "generic3": generic3,
+    }
+    if n is None:
+        sizes = {np.size(v) for v in values.values() if np.ndim(v) > 0}
+        if len(sizes) > 1:
+            raise ValueError(f"inconsistent block lengths {sorted(sizes)}")
+        n = sizes.pop() if sizes else 1
+    out = np.zeros(n, dtype=INST_DTYPE)
+    for key, value in values.items():
+        out[key] = value
+    return out
+
+
+def concat(blocks: list[np.ndarray]) -> np.ndarray:
+    """Concatenate blocks into one stream (an empty list gives an empty stream)."""
+    if not blocks:
+        return empty(0)
+    return np.concatenate(blocks).astype(INST_DTYPE, copy=False)
+
+
+def interleave(blocks: list[np.ndarray]) -> np.ndarray:
+    """Interleave equal-length blocks record by record: a0 b0 c0 a1 b1 c1 ...
+
+    This is how per-lane instruction sequences (e.g. sldi, sldi, mvmul for every output pixel)
+    are laid out without a Python loop over lanes.
+    """
+    if not blocks:
+        return empty(0)
+    n = len(blocks[0])
+    if any(len(b) != n for b in blocks):
+        raise ValueError("interleave needs blocks of equal length")
+    stacked = np.stack(blocks, axis=1)
+    return stacked.reshape(-1).astype(INST_DTYPE, copy=False)
+
+
+def opcode_counts(stream: np.ndarray) -> dict[str, int]:
+    """Instruction count per mnemonic, for reports."""
+    codes, counts = np.unique(stream["opcode"], return_counts=True)
+    return {Opcode(int(c)).mnemonic: int(k) for c, k in zip(codes, counts)}

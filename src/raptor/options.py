@@ -1,0 +1,32 @@
+"""Compile options shared by the Raptor and pimcomp compilers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """What `raptor compile` accepts. `mode` latency runs one input; throughput streams
+    `pipeline` inputs through the chip (the program restarts once per input)."""
+
+    mode: str = "latency"
+    pipeline: int = 1
+    disable_synchronization: bool = False
+    disable_spatial_planning: bool = False
+    compiler: str = "raptor"
+    replication: str = "balance"  # pimcomp only: balance | W0H0 | uniform
+
+    def __post_init__(self) -> None:
+        from raptor.errors import RaptorError
+
+        if self.mode not in ("latency", "throughput"):
+            raise RaptorError(f"unknown mode {self.mode!r} (latency or throughput)")
+        if self.pipeline < 1:
+            raise RaptorError(f"pipeline must be >= 1, got {self.pipeline}")
+        if self.mode == "latency" and self.pipeline != 1:
+            raise RaptorError("latency mode is pipeline 1; use --mode throughput for --pipeline N")
+        if self.compiler not in ("raptor", "pimcomp"):
+            raise RaptorError(f"unknown compiler {self.compiler!r} (raptor or pimcomp)")
+        if self.replication not in ("balance", "W0H0", "uniform"):
+            raise RaptorError(f"unknown replication {self.replication!r} (balance, W0H0 or uniform)")
