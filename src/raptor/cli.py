@@ -49,7 +49,9 @@ def _compile_options(args: argparse.Namespace):
 
     return CompileOptions(
         mode=args.mode,
-        pipeline=args.pipeline if args.pipeline is not None else (4 if args.mode == "throughput" else 1),
+        pipeline=args.pipeline
+        if args.pipeline is not None
+        else (4 if args.mode == "throughput" else 1),
         disable_synchronization=args.pim_disable_synchronization,
         disable_spatial_planning=args.pim_disable_spatial_planning,
         compiler=args.compiler,
@@ -61,9 +63,17 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     from raptor.arch import load_arch
     from raptor.compiler import compile_to_dir
 
-    report = compile_to_dir(args.model, load_arch(args.arch), _compile_options(args), args.out, emit_json=args.pim_emit_json)
-    print(f"wrote {Path(args.out) / 'pim'}: {report['cores_used']} cores, "
-          f"{report['crossbars_used']} crossbars, {report['instructions_total']} instructions")
+    report = compile_to_dir(
+        args.model,
+        load_arch(args.arch),
+        _compile_options(args),
+        args.out,
+        emit_json=args.pim_emit_json,
+    )
+    print(
+        f"wrote {Path(args.out) / 'pim'}: {report['cores_used']} cores, "
+        f"{report['crossbars_used']} crossbars, {report['instructions_total']} instructions"
+    )
     return 0
 
 
@@ -71,7 +81,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from raptor.arch import load_arch
     from raptor.sim import simulate_dir
 
-    report = simulate_dir(args.dir, load_arch(args.arch), mode=args.mode, pipeline=args.pipeline, inputs=args.inputs)
+    report = simulate_dir(
+        args.dir, load_arch(args.arch), mode=args.mode, pipeline=args.pipeline, inputs=args.inputs
+    )
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.format())
     return 0
 
@@ -80,7 +92,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from raptor.arch import load_arch
     from raptor.validation.compare import validate_dir
 
-    verdict = validate_dir(args.dir, args.model, load_arch(args.arch), mode=args.mode, pipeline=args.pipeline, seed=args.seed)
+    verdict = validate_dir(
+        args.dir,
+        args.model,
+        load_arch(args.arch),
+        mode=args.mode,
+        pipeline=args.pipeline,
+        seed=args.seed,
+    )
     print(json.dumps(verdict.to_dict(), indent=2) if args.json else verdict.format())
     return 0 if verdict.passed else 1
 
@@ -95,10 +114,14 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="raptor", description="ONNX to ReRAM-crossbar PIM compiler and simulator")
+    p = argparse.ArgumentParser(
+        prog="raptor", description="ONNX to ReRAM-crossbar PIM compiler and simulator"
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
-    arch = sub.add_parser("arch", help="architecture files").add_subparsers(dest="arch_command", required=True)
+    arch = sub.add_parser("arch", help="architecture files").add_subparsers(
+        dest="arch_command", required=True
+    )
     show = arch.add_parser("show", help="summarise an architecture (name or JSON path)")
     show.add_argument("arch")
     show.add_argument("--json", action="store_true")
@@ -109,26 +132,45 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--json", action="store_true")
     ins.set_defaults(func=_cmd_inspect)
 
-    models = sub.add_parser("models", help="the model suite").add_subparsers(dest="models_command", required=True)
+    models = sub.add_parser("models", help="the model suite").add_subparsers(
+        dest="models_command", required=True
+    )
     mb = models.add_parser("build", help="build a suite model as ONNX")
     mb.add_argument("name", help="vgg8, resnet18, resnet34, googlenet or yolo11n")
     mb.add_argument("--out", required=True)
-    mb.add_argument("--input-size", type=int, default=None, help="input height = width (default: the model's own)")
+    mb.add_argument(
+        "--input-size",
+        type=int,
+        default=None,
+        help="input height = width (default: the model's own)",
+    )
     mb.add_argument("--seed", type=int, default=0)
     mb.set_defaults(func=_cmd_models_build)
 
     def add_run_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--arch", required=True, help="arch-a, arch-b, arch-c or a JSON file")
         sp.add_argument("--mode", choices=("latency", "throughput"), default="latency")
-        sp.add_argument("--pipeline", type=int, default=None, help="inputs streamed in throughput mode (default 4)")
+        sp.add_argument(
+            "--pipeline",
+            type=int,
+            default=None,
+            help="inputs streamed in throughput mode (default 4)",
+        )
 
     cp = sub.add_parser("compile", help="compile an ONNX model to a pim/ directory")
     cp.add_argument("model")
     add_run_args(cp)
     cp.add_argument("--out", required=True, help="output directory (pim/ and compile_report.json)")
     cp.add_argument("--compiler", choices=("raptor", "pimcomp"), default="raptor")
-    cp.add_argument("--replication", choices=("balance", "W0H0", "uniform"), default="balance", help="pimcomp only")
-    cp.add_argument("--pim-emit-json", action="store_true", help="write core_<i>.json instead of core_<i>.pim")
+    cp.add_argument(
+        "--replication",
+        choices=("balance", "W0H0", "uniform"),
+        default="balance",
+        help="pimcomp only",
+    )
+    cp.add_argument(
+        "--pim-emit-json", action="store_true", help="write core_<i>.json instead of core_<i>.pim"
+    )
     cp.add_argument("--pim-disable-synchronization", action="store_true")
     cp.add_argument("--pim-disable-spatial-planning", action="store_true")
     cp.set_defaults(func=_cmd_compile)
@@ -148,7 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     vp.add_argument("--json", action="store_true")
     vp.set_defaults(func=_cmd_validate)
 
-    bp = sub.add_parser("bounds", help="ideal latency/throughput/energy bounds of a model on a chip")
+    bp = sub.add_parser(
+        "bounds", help="ideal latency/throughput/energy bounds of a model on a chip"
+    )
     bp.add_argument("model")
     bp.add_argument("--arch", required=True)
     bp.set_defaults(func=_cmd_bounds)

@@ -29,4 +29,6 @@ class CompileOptions:
         if self.compiler not in ("raptor", "pimcomp"):
             raise RaptorError(f"unknown compiler {self.compiler!r} (raptor or pimcomp)")
         if self.replication not in ("balance", "W0H0", "uniform"):
-            raise RaptorError(f"unknown replication {self.replication!r} (balance, W0H0 or uniform)")
+            raise RaptorError(
+                f"unknown replication {self.replication!r} (balance, W0H0 or uniform)"
+            )

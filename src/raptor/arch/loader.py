@@ -195,7 +195,9 @@ class Arch:
             "activation_bits": self.activation_bits,
             "weights_per_crossbar": self.crossbar_weight_capacity,
             "physical_crossbars": self.total_crossbars,
-            "logical_crossbars_128x128": self.total_crossbars * self.crossbar_weight_capacity // (128 * 128),
+            "logical_crossbars_128x128": self.total_crossbars
+            * self.crossbar_weight_capacity
+            // (128 * 128),
             "weight_capacity": self.total_crossbars * self.crossbar_weight_capacity,
             "local_memory_bytes": self.core.local_memory.memory_size,
             "rob_size": self.core.rob_size,
@@ -229,15 +231,26 @@ def parse_arch(data: dict[str, Any], source: str = "<dict>") -> Arch:
         core = dict(data["core"])
         matrix = _build(MatrixConfig, core.pop("matrix"), f"{source}: core.matrix")
         local = _build(MemoryConfig, core.pop("local_memory"), f"{source}: core.local_memory")
-        core_cfg = _build(CoreConfig, {**core, "matrix": matrix, "local_memory": local}, f"{source}: core")
+        core_cfg = _build(
+            CoreConfig, {**core, "matrix": matrix, "local_memory": local}, f"{source}: core"
+        )
         gmem = _build(MemoryConfig, data["global_memory"], f"{source}: global_memory")
         noc = _build(NocConfig, data["noc"], f"{source}: noc")
         inter = data.get("inter_chip")
         inter_cfg = _build(InterChipConfig, inter, f"{source}: inter_chip") if inter else None
-        top = {k: v for k, v in data.items() if k not in ("core", "global_memory", "noc", "inter_chip")}
+        top = {
+            k: v for k, v in data.items() if k not in ("core", "global_memory", "noc", "inter_chip")
+        }
         arch = _build(
             Arch,
-            {**top, "core": core_cfg, "global_memory": gmem, "noc": noc, "inter_chip": inter_cfg, "source": source},
+            {
+                **top,
+                "core": core_cfg,
+                "global_memory": gmem,
+                "noc": noc,
+                "inter_chip": inter_cfg,
+                "source": source,
+            },
             source,
         )
     except KeyError as e:
@@ -253,23 +266,41 @@ def _validate(a: Arch) -> None:
 
     m = a.matrix
     need(a.chips >= 1 and a.cores_per_chip >= 1, "chips and cores_per_chip must be >= 1")
-    need(a.chip_layout[0] * a.chip_layout[1] >= a.chips, f"chip_layout {a.chip_layout} holds fewer than {a.chips} chips")
+    need(
+        a.chip_layout[0] * a.chip_layout[1] >= a.chips,
+        f"chip_layout {a.chip_layout} holds fewer than {a.chips} chips",
+    )
     need(
         a.core_layout[0] * a.core_layout[1] >= a.cores_per_chip,
         f"core_layout {a.core_layout} holds fewer than {a.cores_per_chip} cores",
     )
-    need(a.chips == 1 or a.inter_chip is not None, "a multi-chip architecture needs an inter_chip section")
+    need(
+        a.chips == 1 or a.inter_chip is not None,
+        "a multi-chip architecture needs an inter_chip section",
+    )
     need(m.xbar_array_count >= 1, "core.matrix.xbar_array_count must be >= 1")
     need(m.rows >= 1 and m.cols >= 1, "core.matrix.xbar_size must be positive")
-    need(m.cell_precision >= 1 and a.weight_bits % m.cell_precision == 0, "weight_bits must be a multiple of cell_precision")
+    need(
+        m.cell_precision >= 1 and a.weight_bits % m.cell_precision == 0,
+        "weight_bits must be a multiple of cell_precision",
+    )
     need(m.cols % a.slices_per_weight == 0, "crossbar columns must hold whole weights")
     need(a.activation_bits in (8, 16, 32), "activation_bits must be 8, 16 or 32")
-    need(m.dac_resolution >= 1 and m.dac_count >= 1 and m.adc_count >= 1, "DAC/ADC counts and resolution must be >= 1")
+    need(
+        m.dac_resolution >= 1 and m.dac_count >= 1 and m.adc_count >= 1,
+        "DAC/ADC counts and resolution must be >= 1",
+    )
     need(m.period > 0 and a.core.period > 0, "periods must be positive")
     need(a.core.rob_size >= 1, "core.rob_size must be >= 1")
     need(a.core.vector_width >= 1, "core.vector_width must be >= 1")
-    for name, mem in (("core.local_memory", a.core.local_memory), ("global_memory", a.global_memory)):
-        need(mem.data_width >= 1 and mem.memory_size >= 1, f"{name}: data_width and memory_size must be >= 1")
+    for name, mem in (
+        ("core.local_memory", a.core.local_memory),
+        ("global_memory", a.global_memory),
+    ):
+        need(
+            mem.data_width >= 1 and mem.memory_size >= 1,
+            f"{name}: data_width and memory_size must be >= 1",
+        )
     need(a.noc.bus_width >= 1, "noc.bus_width must be >= 1")
 
 
@@ -282,7 +313,9 @@ def load_arch(name_or_path: str | Path) -> Arch:
     else:
         path = Path(key)
         if not path.is_file():
-            raise ArchConfigError(f"unknown architecture {key!r}: not one of {', '.join(BUILTIN)} and no such file")
+            raise ArchConfigError(
+                f"unknown architecture {key!r}: not one of {', '.join(BUILTIN)} and no such file"
+            )
         text = path.read_text()
         source = str(path)
     try:

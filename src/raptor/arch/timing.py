@@ -28,12 +28,15 @@ def mvm_cost(arch: Arch, input_bits: int) -> MvmCost:
     dac_times = math.ceil(m.rows / m.dac_count)
     adc_times = math.ceil(m.cols / m.adc_count)
     xbar_read = math.ceil(m.xbar_latency / m.period)
-    front = m.input_buffer_latency_cycle + m.dac_latency_cycle + xbar_read + m.sample_hold_latency_cycle
+    front = (
+        m.input_buffer_latency_cycle + m.dac_latency_cycle + xbar_read + m.sample_hold_latency_cycle
+    )
     back = (
         m.adc_latency_cycle
         + m.shift_adder_latency_cycle
         + m.output_buffer_latency_cycle
-        + (adc_times - 1) * max(m.adc_latency_cycle, m.shift_adder_latency_cycle + m.output_buffer_latency_cycle)
+        + (adc_times - 1)
+        * max(m.adc_latency_cycle, m.shift_adder_latency_cycle + m.output_buffer_latency_cycle)
     )
     passes = input_times * dac_times
     if m.pipeline_mode:
@@ -52,7 +55,9 @@ def mvm_cost(arch: Arch, input_bits: int) -> MvmCost:
         + p * m.shift_adder_dynamic_power * m.shift_adder_latency_cycle
         + p * m.output_buffer_dynamic_power * m.output_buffer_latency_cycle
     )
-    return MvmCost(cycles=cycles, latency_ns=cycles * p, energy_per_crossbar_pj=passes * (front_e + back_e))
+    return MvmCost(
+        cycles=cycles, latency_ns=cycles * p, energy_per_crossbar_pj=passes * (front_e + back_e)
+    )
 
 
 def mvm_local_read_bytes(arch: Arch, rows: int, input_bits: int) -> int:
@@ -86,7 +91,9 @@ def vector_compute_ns(arch: Arch, length: int) -> float:
 def vector_energy_pj(arch: Arch, length: int) -> float:
     c = arch.core
     times = math.ceil(length / c.vector_width)
-    return times * (c.vector_alu_dynamic_energy + 2 * c.vector_reg_read_energy + c.vector_reg_write_energy)
+    return times * (
+        c.vector_alu_dynamic_energy + 2 * c.vector_reg_read_energy + c.vector_reg_write_energy
+    )
 
 
 def flits(arch: Arch, size_bytes: int) -> int:
@@ -110,7 +117,11 @@ def link_energy_pj(arch: Arch, src: int, dst: int) -> float:
     """Per-flit energy between two endpoints (mesh flat 46 pJ; inter-chip adds link energy)."""
     n = arch.noc
     e = n.flit_energy_pj
-    if src != n.global_memory_switch_id and dst != n.global_memory_switch_id and arch.inter_chip is not None:
+    if (
+        src != n.global_memory_switch_id
+        and dst != n.global_memory_switch_id
+        and arch.inter_chip is not None
+    ):
         _, chip_hops = arch.hops(src, dst)
         if chip_hops:
             ic = arch.inter_chip

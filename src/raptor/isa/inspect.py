@@ -22,8 +22,14 @@ def inspect_pimdir(path: str | Path) -> dict[str, Any]:
         counts = opcode_counts(stream)
         for k, v in counts.items():
             total[k] = total.get(k, 0) + v
-        per_core.append({"core": i, "instructions": len(stream), "array_groups": len(prog.array_group_map[i]),
-                         "crossbars": int(sum(prog.array_group_map[i]))})
+        per_core.append(
+            {
+                "core": i,
+                "instructions": len(stream),
+                "array_groups": len(prog.array_group_map[i]),
+                "crossbars": int(sum(prog.array_group_map[i])),
+            }
+        )
     files = {p.name: p.stat().st_size for p in sorted(path.iterdir()) if p.is_file()}
     return {
         "dir": str(path),
@@ -36,7 +42,11 @@ def inspect_pimdir(path: str | Path) -> dict[str, Any]:
         "max_core_instructions": int(max((len(s) for s in prog.cores), default=0)),
         "bytes": files,
         "total_bytes": int(sum(files.values())),
-        "meta": {k: v for k, v in prog.meta.items() if k in ("compiler", "arch", "mode", "pipeline", "element_bytes")},
+        "meta": {
+            k: v
+            for k, v in prog.meta.items()
+            if k in ("compiler", "arch", "mode", "pipeline", "element_bytes")
+        },
         "per_core": per_core,
     }
 

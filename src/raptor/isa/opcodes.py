@@ -73,7 +73,15 @@ class InstClass(IntEnum):
 
 
 OPCODE_CLASS: dict[Opcode, InstClass] = {Opcode.NOP: InstClass.NOP}
-for _op in (Opcode.SLDI, Opcode.SLD, Opcode.SADD, Opcode.SSUB, Opcode.SMUL, Opcode.SADDI, Opcode.SMULI):
+for _op in (
+    Opcode.SLDI,
+    Opcode.SLD,
+    Opcode.SADD,
+    Opcode.SSUB,
+    Opcode.SMUL,
+    Opcode.SADDI,
+    Opcode.SMULI,
+):
     OPCODE_CLASS[_op] = InstClass.SCALAR
 OPCODE_CLASS[Opcode.SETBW] = InstClass.SETBW
 OPCODE_CLASS[Opcode.MVMUL] = InstClass.MVMUL
@@ -125,7 +133,12 @@ FIELD_MAP: dict[InstClass, dict[str, str]] = {
         "generic2": "offset.offset_value",
         "generic3": "len",
     },
-    InstClass.SYNC: {"r2_or_imm": "core", "generic1": "event_register", "generic2": "offset.offset_value", "generic3": "len"},
+    InstClass.SYNC: {
+        "r2_or_imm": "core",
+        "generic1": "event_register",
+        "generic2": "offset.offset_value",
+        "generic3": "len",
+    },
     InstClass.WAIT: {"generic1": "event_register", "generic2": "wait_value", "generic3": "len"},
 }
 

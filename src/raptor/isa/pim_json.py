@@ -17,7 +17,19 @@ from raptor.errors import PimFormatError
 from raptor.isa.opcodes import FIELD_MAP, OPCODE_CLASS, REGISTER_KEYS, InstClass, Opcode
 from raptor.isa.table import INST_DTYPE
 
-_ALWAYS = {"mbiw", "group", "relu", "ibiw", "obiw", "len", "size", "imm", "core", "event_register", "wait_value"}
+_ALWAYS = {
+    "mbiw",
+    "group",
+    "relu",
+    "ibiw",
+    "obiw",
+    "len",
+    "size",
+    "imm",
+    "core",
+    "event_register",
+    "wait_value",
+}
 
 
 def to_objects(stream: np.ndarray) -> list[dict[str, Any]]:
@@ -57,7 +69,9 @@ def from_objects(objs: list[dict[str, Any]], source: str = "<json>") -> np.ndarr
         try:
             op = Opcode.from_mnemonic(str(obj["op"]))
         except KeyError:
-            raise PimFormatError(f"{source}: unknown opcode {obj['op']!r} at instruction {i}") from None
+            raise PimFormatError(
+                f"{source}: unknown opcode {obj['op']!r} at instruction {i}"
+            ) from None
         cls = OPCODE_CLASS[op]
         rec = stream[i]
         rec["opcode"] = int(op)
@@ -80,7 +94,9 @@ def from_objects(objs: list[dict[str, Any]], source: str = "<json>") -> np.ndarr
 def _int(obj: dict[str, Any], key: str, i: int, source: str) -> int:
     value = obj.get(key, 0)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise PimFormatError(f"{source}: instruction {i}: field {key!r} must be an integer, got {value!r}")
+        raise PimFormatError(
+            f"{source}: instruction {i}: field {key!r} must be an integer, got {value!r}"
+        )
     if key in ("rd", "rs1") and not 0 <= value <= 255:
         raise PimFormatError(f"{source}: instruction {i}: register {key}={value} out of range")
     return value

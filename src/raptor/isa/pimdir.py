@@ -74,7 +74,9 @@ class PimProgram:
         if self.array_group_weights:
             for i, (ags, mats) in enumerate(zip(self.array_group_map, self.array_group_weights)):
                 if len(ags) != len(mats):
-                    raise PimFormatError(f"core {i}: {len(ags)} array groups but {len(mats)} weight entries")
+                    raise PimFormatError(
+                        f"core {i}: {len(ags)} array groups but {len(mats)} weight entries"
+                    )
                 for m in mats:
                     if not 0 <= m < len(self.weight_matrices):
                         raise PimFormatError(f"core {i}: weight matrix {m} does not exist")
@@ -83,7 +85,9 @@ class PimProgram:
 def config_dict(prog: PimProgram) -> dict[str, Any]:
     cfg: dict[str, Any] = {
         "core_cnt": prog.core_cnt,
-        "array_group_map": {f"core{i}": [int(x) for x in ags] for i, ags in enumerate(prog.array_group_map)},
+        "array_group_map": {
+            f"core{i}": [int(x) for x in ags] for i, ags in enumerate(prog.array_group_map)
+        },
     }
     raptor = dict(prog.meta)
     raptor.setdefault("format_version", 1)
@@ -98,7 +102,9 @@ def config_dict(prog: PimProgram) -> dict[str, Any]:
         "file": "weights.bin",
         "dtype": "float32",
         "matrices": offsets,
-        "array_groups": {f"core{i}": [int(x) for x in mats] for i, mats in enumerate(prog.array_group_weights)},
+        "array_groups": {
+            f"core{i}": [int(x) for x in mats] for i, mats in enumerate(prog.array_group_weights)
+        },
     }
     cfg["raptor"] = raptor
     return cfg
@@ -149,7 +155,9 @@ def read_config(pimdir: str | Path) -> dict[str, Any]:
         raise PimFormatError(f"{path}: missing or malformed array_group_map")
     for key, val in agm.items():
         if not isinstance(val, list) or any(not isinstance(x, int) or x < 1 for x in val):
-            raise PimFormatError(f"{path}: array_group_map[{key!r}] must be a list of positive integers")
+            raise PimFormatError(
+                f"{path}: array_group_map[{key!r}] must be a list of positive integers"
+            )
     return cfg
 
 
@@ -194,7 +202,9 @@ def read_pimdir(pimdir: str | Path, load_data: bool = True) -> PimProgram:
     if load_data and "memory" in meta:
         mem = _load_f32(pimdir / meta["memory"].get("file", "memory.bin"))
         if mem.size != meta["memory"].get("values", mem.size):
-            raise PimFormatError(f"{pimdir}: memory.bin holds {mem.size} values, config says {meta['memory']['values']}")
+            raise PimFormatError(
+                f"{pimdir}: memory.bin holds {mem.size} values, config says {meta['memory']['values']}"
+            )
         prog.memory = mem
     prog.verify()
     return prog
