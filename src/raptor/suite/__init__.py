@@ -1,0 +1,1 @@
+"""The suite runner and the ablation wrapper behind validation/tools/pim/..."""

@@ -1,0 +1,151 @@
+"""Run one case in a worker: compile, simulate (values + timing), validate, for each compiler."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+
+from raptor.suite.cases import CaseResult, CaseSpec, CompilerResult
+
+
+def _atomic_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def compile_argv(spec: CaseSpec, compiler: str, out: Path) -> list[str]:
+    """The `raptor compile` command line of a case (extra args go to Raptor only)."""
+    argv = [
+        "compile",
+        str(spec.model_path),
+        "--arch",
+        spec.arch,
+        "--mode",
+        spec.mode,
+        "--pipeline",
+        str(spec.pipeline),
+        "--out",
+        str(out),
+        "--compiler",
+        compiler,
+    ]
+    if compiler == "raptor":
+        argv += list(spec.raptor_extra_args)
+    return argv
+
+
+def _compile(spec: CaseSpec, compiler: str, out: Path, log: io.StringIO) -> dict:
+    from raptor.arch import load_arch
+    from raptor.cli import _compile_options, build_parser
+    from raptor.compiler import compile_to_dir
+
+    argv = compile_argv(spec, compiler, out)
+    log.write("$ raptor " + " ".join(argv) + "\n")
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = build_parser().parse_args(argv)
+    except SystemExit:
+        raise RuntimeError(
+            f"bad raptor arguments: {err.getvalue().strip().splitlines()[-1]}"
+        ) from None
+    report_path = out / "compile_report.json"
+    key = {"argv": argv, "model_sha256": _sha256(spec.model_path)}
+    if spec.fast and report_path.is_file() and (out / "pim" / "config.json").is_file():
+        cached = json.loads(report_path.read_text())
+        if cached.get("cache_key") == key:
+            log.write("compile: cached artifacts reused (fast path)\n")
+            return cached
+    report = compile_to_dir(
+        args.model, load_arch(args.arch), _compile_options(args), out, emit_json=args.pim_emit_json
+    )
+    report["cache_key"] = key
+    _atomic_json(report_path, report)
+    return report
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def run_compiler(spec: CaseSpec, compiler: str, log: io.StringIO) -> CompilerResult:
+    from raptor.arch import load_arch
+    from raptor.isa.pimdir import read_pimdir
+    from raptor.sim import simulate
+    from raptor.validation.compare import compare_outputs
+    from raptor.validation.reference import ensure_reference
+
+    res = CompilerResult(status="ERROR")
+    out = spec.case_dir / compiler
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    report = _compile(spec, compiler, out, log)
+    res.compile_s = time.perf_counter() - t0
+    res.instructions = report.get("instructions_total")
+    res.cores_used = report.get("cores_used")
+    res.crossbars_used = report.get("crossbars_used")
+    log.write(
+        f"compile: {res.compile_s:.2f} s, {res.instructions} instructions, {res.cores_used} cores\n"
+    )
+
+    ref = ensure_reference(
+        spec.model_path, spec.common_dir, spec.pipeline, seed=spec.seed, fast=True
+    )
+    arch = load_arch(spec.arch)
+    t0 = time.perf_counter()
+    prog = read_pimdir(out / "pim")
+    sim = simulate(prog, arch, mode=spec.mode, pipeline=spec.pipeline, inputs=ref.inputs)
+    res.simulate_s = time.perf_counter() - t0
+    _atomic_json(out / "sim_report.json", sim.to_dict())
+    log.write(f"simulate: {res.simulate_s:.2f} s\n{sim.format()}\n")
+    verdict = compare_outputs(sim.outputs, ref.outputs)
+    _atomic_json(out / "validation.json", verdict.to_dict())
+    log.write(verdict.format() + "\n")
+    res.status = verdict.status
+    res.max_rel_error = verdict.max_rel_error
+    res.latency_ms = sim.latency_ns / 1e6
+    res.throughput_ips = sim.throughput_per_s
+    res.power_mw = sim.power_mw
+    res.energy_uj = sim.energy_per_inference_uj
+    return res
+
+
+def run_case(spec: CaseSpec) -> CaseResult:
+    """Worker entry point: never raises; errors become status ERROR with their message."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    t0 = time.perf_counter()
+    result = CaseResult(spec=spec)
+    log = io.StringIO()
+    log.write(f"case {spec.key}\n")
+    spec.case_dir.mkdir(parents=True, exist_ok=True)
+    for compiler in ("raptor", "pimcomp"):
+        if compiler not in spec.compilers:
+            result.results[compiler] = CompilerResult(status="SKIPPED")
+            continue
+        try:
+            result.results[compiler] = run_compiler(spec, compiler, log)
+        except Exception as e:  # noqa: BLE001 - a case reports its error, the suite goes on
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            log.write(f"{compiler}: ERROR {type(e).__name__}: {msg}\n{traceback.format_exc()}\n")
+            result.results[compiler] = CompilerResult(
+                status="ERROR", error=f"{type(e).__name__}: {msg}"
+            )
+    result.wall_s = time.perf_counter() - t0
+    log.write(f"wall time {result.wall_s:.2f} s\n")
+    result.log = log.getvalue()
+    tmp = spec.case_dir / ".case.log.tmp"
+    tmp.write_text(result.log)
+    os.replace(tmp, spec.case_dir / "case.log")
+    return result

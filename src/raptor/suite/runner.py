@@ -1,0 +1,386 @@
+"""`run_pimcomp_models.py`: compile, validate and simulate the model suite with Raptor and pimcomp.
+
+Cases run in a spawn process pool (`--jobs N`) whose workers ignore SIGINT; Ctrl+C (or SIGTERM
+from the ablation wrapper) terminates the pool, so no worker outlives the runner, and CSVs are
+only ever replaced whole (temporary file + rename).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from raptor.suite.cases import (
+    ALL_MODELS,
+    DEFAULT_ARCHS,
+    DEFAULT_MODELS,
+    DEFAULT_OUT_DIR,
+    DEFAULT_PIPELINE,
+    CaseResult,
+    CaseSpec,
+    expand_cases,
+)
+
+COMPARISON_COLUMNS = [
+    "model",
+    "arch",
+    "mode",
+    "pipeline",
+    "raptor_functional_validation",
+    "pimcomp_functional_validation",
+    "raptor_latency_ms",
+    "raptor_throughput_ips",
+    "raptor_power_mw",
+    "raptor_energy_uj",
+    "pimcomp_latency_ms",
+    "pimcomp_throughput_ips",
+    "pimcomp_power_mw",
+    "pimcomp_energy_uj",
+    "latency_speedup",
+    "throughput_ratio",
+    "energy_ratio",
+    "raptor_max_rel_error",
+    "pimcomp_max_rel_error",
+    "raptor_instructions",
+    "pimcomp_instructions",
+    "raptor_cores",
+    "pimcomp_cores",
+    "raptor_compile_s",
+    "raptor_simulate_s",
+    "pimcomp_compile_s",
+    "pimcomp_simulate_s",
+    "wall_s",
+    "error",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="run_pimcomp_models.py",
+        allow_abbrev=False,
+        description="Compile, validate and simulate the model suite with Raptor and pimcomp on the same chip and simulator.",
+    )
+    p.add_argument(
+        "--models",
+        nargs="+",
+        default=list(DEFAULT_MODELS),
+        choices=ALL_MODELS,
+        metavar="MODEL",
+        help=f"models to run (default: {' '.join(DEFAULT_MODELS)}; yolo11n only when named)",
+    )
+    p.add_argument(
+        "--archs",
+        nargs="+",
+        default=list(DEFAULT_ARCHS),
+        metavar="ARCH",
+        help="architectures: arch-a, arch-b, arch-c or JSON files (default: arch-a arch-b)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("latency", "throughput"),
+        default=None,
+        help="run only this mode (default: latency and throughput pipeline 4)",
+    )
+    p.add_argument(
+        "--pipeline",
+        type=int,
+        default=None,
+        help=f"inputs streamed in throughput mode (default {DEFAULT_PIPELINE}); alone it selects throughput mode",
+    )
+    p.add_argument(
+        "--out-dir", default=DEFAULT_OUT_DIR, help=f"suite root (default: {DEFAULT_OUT_DIR})"
+    )
+    p.add_argument("--jobs", type=int, default=1, help="cases run in parallel (default 1)")
+    p.add_argument(
+        "--no-fast",
+        action="store_true",
+        help="rebuild models, reference data and artifacts instead of reusing cached ones",
+    )
+    p.add_argument(
+        "--raptor-extra-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for `raptor compile` (repeatable), e.g. --raptor-extra-arg=--pim-disable-synchronization",
+    )
+    p.add_argument(
+        "--raptor-only",
+        action="store_true",
+        help="run Raptor only; pimcomp is not compiled, validated or simulated (SKIPPED)",
+    )
+    p.add_argument(
+        "--only",
+        choices=("raptor", "pimcomp"),
+        default=None,
+        help="comparison mode: run only this compiler's side of the comparison",
+    )
+    p.add_argument(
+        "--input-size",
+        type=int,
+        default=None,
+        help="model input height/width (default: each model's own)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of model weights and reference inputs (default 0)"
+    )
+    p.add_argument("--artifact-subdir", default="", help=argparse.SUPPRESS)
+    p.add_argument("--results-dir", default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def case_modes(mode: str | None, pipeline: int | None) -> list[tuple[str, int]]:
+    """The (mode, pipeline) cases selected by --mode / --pipeline."""
+    if mode is None and pipeline is None:
+        return [("latency", 1), ("throughput", DEFAULT_PIPELINE)]
+    if mode == "latency":
+        if pipeline not in (None, 1):
+            raise SystemExit("run_pimcomp_models.py: error: latency mode is pipeline 1")
+        return [("latency", 1)]
+    p = DEFAULT_PIPELINE if pipeline is None else pipeline
+    if p < 1:
+        raise SystemExit("run_pimcomp_models.py: error: --pipeline must be >= 1")
+    if mode is None and p == 1:
+        return [("latency", 1)]
+    return [("throughput", p)]
+
+
+def _worker_init() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+
+def prepare_models(specs: list[CaseSpec], console) -> None:
+    """Build each model once and its reference data once, before any case runs."""
+    from raptor.models import save_model
+    from raptor.validation.reference import ensure_reference
+
+    seen: dict[str, int] = {}
+    for s in specs:
+        seen[s.model] = max(seen.get(s.model, 0), s.pipeline)
+    first = {s.model: s for s in specs}
+    for model, n_inputs in seen.items():
+        s = first[model]
+        t0 = time.perf_counter()
+        if not s.fast or not s.model_path.is_file() or not _model_matches(s):
+            save_model(model, s.model_path, input_size=s.input_size, seed=s.seed)
+            _write_model_key(s)
+        ensure_reference(s.model_path, s.common_dir, n_inputs, seed=s.seed, fast=s.fast)
+        console.log(
+            f"[bold]{model}[/]: model and reference data ready ({time.perf_counter() - t0:.1f} s)"
+        )
+
+
+def _model_key(s: CaseSpec) -> str:
+    return f"input_size={s.input_size} seed={s.seed}\n"
+
+
+def _model_matches(s: CaseSpec) -> bool:
+    key = s.model_dir / "model.key"
+    return key.is_file() and key.read_text() == _model_key(s)
+
+
+def _write_model_key(s: CaseSpec) -> None:
+    tmp = s.model_dir / ".model.key.tmp"
+    tmp.write_text(_model_key(s))
+    os.replace(tmp, s.model_dir / "model.key")
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def comparison_row(r: CaseResult) -> dict[str, str]:
+    ra, pc = r.results.get("raptor"), r.results.get("pimcomp")
+    row = {
+        "model": r.spec.model,
+        "arch": r.spec.arch,
+        "mode": r.spec.mode,
+        "pipeline": str(r.spec.pipeline),
+    }
+    for name, res in (("raptor", ra), ("pimcomp", pc)):
+        row[f"{name}_functional_validation"] = res.status if res else "SKIPPED"
+        for field in ("latency_ms", "throughput_ips", "power_mw", "energy_uj", "max_rel_error"):
+            row[f"{name}_{field}"] = _fmt(getattr(res, field, None) if res else None)
+        row[f"{name}_instructions"] = _fmt(res.instructions if res else None)
+        row[f"{name}_cores"] = _fmt(res.cores_used if res else None)
+        row[f"{name}_compile_s"] = _fmt(res.compile_s if res else None)
+        row[f"{name}_simulate_s"] = _fmt(res.simulate_s if res else None)
+
+    def ratio(a, b):
+        return _fmt(a / b) if a and b else ""
+
+    row["latency_speedup"] = ratio(pc.latency_ms if pc else None, ra.latency_ms if ra else None)
+    row["throughput_ratio"] = ratio(
+        ra.throughput_ips if ra else None, pc.throughput_ips if pc else None
+    )
+    row["energy_ratio"] = ratio(pc.energy_uj if pc else None, ra.energy_uj if ra else None)
+    row["wall_s"] = _fmt(r.wall_s)
+    row["error"] = "; ".join(f"{k}: {v.error}" for k, v in r.results.items() if v.error)
+    return row
+
+
+def write_csv(path: Path, columns: list[str], rows: list[dict[str, str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        for row in rows:
+            w.writerow({c: row.get(c, "") for c in columns})
+    os.replace(tmp, path)
+
+
+def run_cases(specs: list[CaseSpec], jobs: int, console) -> list[CaseResult]:
+    """Run the cases with progress; Ctrl+C terminates every worker and re-raises."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from raptor.suite.execute import run_case
+
+    results: list[CaseResult] = []
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
+        task = progress.add_task(f"{len(specs)} cases, {jobs} job(s)", total=len(specs))
+
+        def done(res: CaseResult) -> None:
+            results.append(res)
+            status = " ".join(
+                f"{k}={v.status}" for k, v in res.results.items() if v.status != "SKIPPED"
+            )
+            progress.console.log(f"{res.spec.key}: {status} ({res.wall_s:.1f} s)")
+            progress.advance(task)
+
+        if jobs <= 1:
+            for s in specs:
+                progress.update(task, description=f"running {s.key}")
+                done(run_case(s))
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            pool = ctx.Pool(jobs, initializer=_worker_init, maxtasksperchild=4)
+            try:
+                for res in pool.imap_unordered(run_case, specs):
+                    done(res)
+                pool.close()
+                pool.join()
+            except BaseException:
+                pool.terminate()
+                pool.join()
+                raise
+    order = {s.key: i for i, s in enumerate(specs)}
+    results.sort(key=lambda r: order[r.spec.key])
+    return results
+
+
+def summary_table(results: list[CaseResult], title: str):
+    from rich.table import Table
+
+    t = Table(title=title)
+    for c in (
+        "case",
+        "raptor",
+        "pimcomp",
+        "latency ms",
+        "throughput/s",
+        "power mW",
+        "energy uJ",
+        "speedup",
+        "wall s",
+    ):
+        t.add_column(c)
+    for r in results:
+        row = comparison_row(r)
+        ra = r.results.get("raptor")
+        t.add_row(
+            r.spec.key,
+            row["raptor_functional_validation"],
+            row["pimcomp_functional_validation"],
+            _fmt(ra.latency_ms) if ra else "",
+            _fmt(ra.throughput_ips) if ra else "",
+            _fmt(ra.power_mw) if ra else "",
+            _fmt(ra.energy_uj) if ra else "",
+            row["latency_speedup"] or row["throughput_ratio"],
+            f"{r.wall_s:.1f}",
+        )
+    return t
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    args = build_parser().parse_args(argv)
+    console = Console(stderr=False)
+    if args.jobs < 1:
+        console.print("run_pimcomp_models.py: error: --jobs must be >= 1")
+        return 2
+    compilers: tuple[str, ...] = ("raptor", "pimcomp")
+    if args.raptor_only or args.only == "raptor":
+        compilers = ("raptor",)
+    elif args.only == "pimcomp":
+        compilers = ("pimcomp",)
+    modes = case_modes(args.mode, args.pipeline)
+    specs = expand_cases(
+        args.models,
+        args.archs,
+        modes,
+        out_dir=args.out_dir,
+        compilers=compilers,
+        raptor_extra_args=tuple(args.raptor_extra_arg),
+        artifact_subdir=args.artifact_subdir,
+        fast=not args.no_fast,
+        seed=args.seed,
+        input_size=args.input_size,
+    )
+    from raptor.arch import load_arch
+    from raptor.errors import RaptorError
+
+    try:
+        for a in args.archs:
+            load_arch(a)
+    except RaptorError as e:
+        console.print(f"run_pimcomp_models.py: error: {e}")
+        return 2
+    t0 = time.perf_counter()
+    try:
+        prepare_models(specs, console)
+        results = run_cases(specs, args.jobs, console)
+    except KeyboardInterrupt:
+        console.print("[red]interrupted: every worker terminated, no results written[/]")
+        return 130
+    results_dir = Path(args.results_dir) if args.results_dir else Path(args.out_dir)
+    csv_path = results_dir / "results_comparison.csv"
+    write_csv(csv_path, COMPARISON_COLUMNS, [comparison_row(r) for r in results])
+    try:
+        from raptor.suite.charts import comparison_chart
+
+        comparison_chart(results, csv_path.with_suffix(".png"))
+    except Exception as e:  # noqa: BLE001 - a chart failure must not hide the results
+        console.print(f"[yellow]chart not written: {e}[/]")
+    console.print(
+        summary_table(results, f"suite results ({time.perf_counter() - t0:.1f} s) -> {csv_path}")
+    )
+    failed = [r for r in results if r.failed]
+    if failed:
+        console.print(
+            f"[red]{len(failed)} case(s) FAIL or ERROR[/]: " + ", ".join(r.spec.key for r in failed)
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The ablation wrapper's contract pieces that need no simulation: options, plan, percentages."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from raptor.suite.ablation import combine, main, selected_variants
+from raptor.suite.runner import case_modes
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "validation/tools/pim/ablation/run_ablation.py"
+
+
+def test_default_case_set_is_latency_and_throughput_p4():
+    assert case_modes(None, None) == [("latency", 1), ("throughput", 4)]
+    assert case_modes("latency", None) == [("latency", 1)]
+    assert case_modes("throughput", None) == [("throughput", 4)]
+    assert case_modes(None, 8) == [("throughput", 8)]
+    assert case_modes(None, 1) == [("latency", 1)]
+
+
+def test_baseline_is_added_and_order_is_fixed():
+    assert selected_variants(None) == ["baseline", "no-sync", "no-plan", "no-sync-no-plan"]
+    assert selected_variants(["no-plan"]) == ["baseline", "no-plan"]
+    assert selected_variants(["no-sync-no-plan", "no-sync", "no-sync"]) == [
+        "baseline",
+        "no-sync",
+        "no-sync-no-plan",
+    ]
+
+
+def test_dry_run_prints_commands_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "suite"
+    assert (
+        main(
+            [
+                "--dry-run",
+                "--out-dir",
+                str(out),
+                "--models",
+                "vgg8",
+                "--archs",
+                "arch-a",
+                "--no-fast",
+            ]
+        )
+        == 0
+    )
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 8  # 4 variants x (latency, throughput pipeline 4)
+    assert all(
+        "--raptor-only" in ln and "--no-fast" in ln and "--archs arch-a" in ln for ln in lines
+    )
+    assert sum("--mode latency" in ln for ln in lines) == 4
+    assert sum("--mode throughput --pipeline 4" in ln for ln in lines) == 4
+    assert sum("--raptor-extra-arg=--pim-disable-synchronization" in ln for ln in lines) == 4
+    assert sum("--raptor-extra-arg=--pim-disable-spatial-planning" in ln for ln in lines) == 4
+    assert all("ablation/" in ln for ln in lines)
+    assert not out.exists()
+
+
+def test_mode_or_pipeline_override_gives_one_invocation_per_variant(capsys):
+    assert main(["--dry-run", "--variant", "no-sync", "--mode", "latency"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and all(ln.count(" --mode ") == 1 for ln in lines)
+    assert main(["--dry-run", "--pipeline", "2"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4 and all("--pipeline 2" in ln and " --mode " not in ln for ln in lines)
+
+
+@pytest.mark.parametrize("arg", [["--only", "raptor"], ["--only=pimcomp"]])
+def test_only_is_rejected(arg, capsys):
+    assert main(["--dry-run", *arg]) == 2
+    assert "--only is reserved" in capsys.readouterr().err
+
+
+def test_bad_forwarded_option_fails_before_running(capsys):
+    assert main(["--dry-run", "--archs"]) == 2  # missing value
+    assert main(["--dry-run", "--jobs", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "--archs: expected at least one argument" in err and "invalid int value: 'x'" in err
+
+
+def test_percentages_against_baseline():
+    def row(lat, tp, status="PASS", model="vgg8"):
+        return {
+            "model": model,
+            "arch": "arch-a",
+            "mode": "latency",
+            "pipeline": "1",
+            "raptor_functional_validation": status,
+            "raptor_latency_ms": lat,
+            "raptor_throughput_ips": tp,
+            "raptor_power_mw": "10",
+            "raptor_energy_uj": "",
+        }
+
+    rows = combine(
+        {
+            "baseline": [row("2.0", "500")],
+            "no-sync": [row("1.5", "666.666", "FAIL")],
+            "no-plan": [row("3", "400"), row("1", "1", model="resnet18")],
+        }
+    )
+    base, nosync, noplan, orphan = rows
+    assert (base["latency"], base["throughput"], base["power"], base["energy"]) == (
+        "+0.00%",
+        "+0.00%",
+        "+0.00%",
+        "",
+    )
+    assert nosync["latency"] == "-25.00%" and nosync["throughput"] == "+33.33%"
+    assert nosync["functional_validation"] == "FAIL"
+    assert noplan["latency"] == "+50.00%" and noplan["throughput"] == "-20.00%"
+    assert orphan["latency"] == ""  # no baseline row for that case: no percentage
+
+
+def test_help_runs_from_a_fresh_shell():
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert r.returncode == 0 and "--variant" in r.stdout and "--dry-run" in r.stdout
