@@ -1,0 +1,65 @@
+import math
+
+import numpy as np
+import pytest
+
+from raptor.arch import load_arch
+from raptor.bounds import compute_bounds, critical_path, water_fill
+from raptor.frontend.graph import Graph, Node
+
+
+def test_water_fill_balances_the_bottleneck():
+    # P = 100, 10; X = 1, 4; budget 9 -> r = (5, 1): max(20, 10) = 20
+    t_b, reps = water_fill([100, 10], [1, 4], 9)
+    assert reps == [5, 1] and t_b == 20
+    # exhaustive check of optimality on a small instance
+    best = min(
+        max(math.ceil(100 / a), math.ceil(10 / b))
+        for a in range(1, 10)
+        for b in range(1, 3)
+        if a + 4 * b <= 9
+    )
+    assert t_b == best
+    with pytest.raises(ValueError, match="needs 5 crossbars, chip has 4"):
+        water_fill([1, 1], [1, 4], 4)
+
+
+def _toy_graph():
+    w1 = np.zeros((64, 3, 3, 3), np.float32)
+    w2 = np.zeros((64, 64, 3, 3), np.float32)
+    fc = np.zeros((64, 10), np.float32)
+    nodes = [
+        Node("c1", "Conv", ["x"], ["a"], {"group": 1}, {"W": w1}),
+        Node("c2", "Conv", ["a"], ["b"], {"group": 1}, {"W": w2}),
+        Node("add", "Add", ["a", "b"], ["c"]),
+        Node("gap", "GlobalAveragePool", ["c"], ["d"]),
+        Node("flat", "Flatten", ["d"], ["e"]),
+        Node("fc", "Gemm", ["e"], ["y"], {}, {"W": fc}),
+    ]
+    shapes = {
+        "x": (1, 3, 8, 8),
+        "a": (1, 64, 8, 8),
+        "b": (1, 64, 8, 8),
+        "c": (1, 64, 8, 8),
+        "d": (1, 64, 1, 1),
+        "e": (1, 64),
+        "y": (1, 10),
+    }
+    return Graph("toy", nodes, shapes, ["x"], ["y"])
+
+
+def test_bounds_by_hand():
+    g = _toy_graph()
+    a = load_arch("arch-a")
+    b = compute_bounds(g, a)
+    assert critical_path(g) == 3
+    # c1: R=27, C=64 -> 1 row tile x 4 crossbars (16 weights per crossbar row); c2: R=576 -> 5 x 4; fc: 1 x 1
+    assert b["crossbars_needed"] == 4 + 20 + 1
+    assert b["work_crossbar_mvms"] == 64 * 4 + 64 * 20 + 1
+    t = 2601  # 16-bit MVM under PIMCOMP constants
+    assert b["mvm_ns"] == t
+    assert b["latency_lb_unlimited_ns"] == 3 * t
+    assert b["latency_lb_no_replication_ns"] == 64 * t
+    # 16128 crossbars are plenty: every pixel gets its replica, T_B = 1
+    assert b["bottleneck_mvms_best_replication"] == 1
+    assert b["throughput_ub_per_s"] == pytest.approx(1e9 / t)
