@@ -1,0 +1,522 @@
+"""The event-driven engine: runs every core's instruction stream on an Arch, values and timing
+in one pass (semantics: docs/pim-format.md; timing: pimsim-nn, reference/pimsim-nn.md).
+
+Design for speed. Each stream is decoded once into Python lists (one per record field). A core
+runs ahead through core-private instructions (scalar, setbw, mvmul, vector, lldi, lmv, sync, and
+a wait that is already satisfied) in a tight loop, computing their times and values at once; it
+returns to the global event heap only at instructions that touch shared state (ld, st, send,
+recv, an unsatisfied wait), which are then processed in global time order. Heap entries are
+plain tuples `(time_ns, seq, kind, a, b)`.
+
+Core timing (rob_size 1, calibrated on pimsim-nn.md §5 and §9.8): one instruction is fetched per
+cycle; scalar ops and setbw execute in decode; a unit instruction dispatches at
+max(fetch + 2 cycles, previous unit instruction's end + 3 cycles) and the core finishes 3 cycles
+after its last unit instruction ends (one 8-bit MVM: 3 + 1655 + 3 = 1661 ns; two: 3319 ns).
+rob_size > 1 is simulated as rob_size 1 (each core serialised, array groups never overlap).
+
+Values change when the instruction takes effect: host memory is read when an ld's request is
+served by the global memory queue and written when a st's request is served (the queue is FIFO,
+so this orders host accesses exactly as their completion times do); send/recv copy at the
+rendezvous. A program that does not order a reader after a writer reads stale data.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+from raptor.arch.loader import Arch
+from raptor.errors import SimulationError
+from raptor.isa.opcodes import Opcode
+from raptor.isa.pimdir import PimProgram
+from raptor.sim import vector as vec
+from raptor.sim.energy import EnergyCounter, static_power_mw
+from raptor.sim.matrix import MatrixUnit
+from raptor.sim.memory import HostMemory, MemoryTiming
+from raptor.sim.report import CoreStats
+from raptor.sim.transfer import Noc
+
+# event kinds
+EV_MEM, EV_WAIT, EV_SYNC, EV_READY, EV_RECV, EV_RDV = range(6)
+
+_LD, _ST, _LLDI, _LMV, _SEND, _RECV, _WAIT, _SYNC = 25, 26, 27, 28, 29, 30, 31, 32
+_SETBW, _MVMUL = 8, 9
+_VEC_LO, _VEC_HI = 10, 24
+DISPATCH_CYCLES = 2  # fetch -> dispatch
+RETIRE_CYCLES = 3  # unit end -> next dispatch / core finish
+
+
+def describe(stream: np.ndarray, pc: int) -> str:
+    """One-line text of instruction pc of a stream (for error messages)."""
+    r = stream[pc]
+    try:
+        name = Opcode(int(r["opcode"])).mnemonic
+    except ValueError:
+        name = f"opcode{int(r['opcode'])}"
+    return (
+        f"{name} rd={int(r['rd'])} rs1={int(r['r1'])} r2_or_imm={int(r['r2_or_imm'])} "
+        f"g1={int(r['generic1'])} g2={int(r['generic2'])} g3={int(r['generic3'])}"
+    )
+
+
+class _Core:
+    __slots__ = (
+        "id", "stream", "cols", "n", "pc", "rnd", "tf", "te", "regs", "ev", "local", "ibiw", "obiw",
+        "blocked", "pend", "done", "matrix", "stats",
+    )  # fmt: skip
+
+
+class Engine:
+    """One simulation of a PimProgram on an Arch for `rounds` rounds."""
+
+    def __init__(self, prog: PimProgram, arch: Arch, rounds: int, host: HostMemory) -> None:
+        self.prog = prog
+        self.arch = arch
+        self.rounds = rounds
+        self.host = host
+        self.eb = prog.element_bytes
+        self.period = arch.core.period
+        lm = arch.core.local_memory
+        self.local_elems = lm.memory_size // self.eb
+        self.local = MemoryTiming(lm)  # cost cache shared by all cores (one port per core)
+        self.gmem = MemoryTiming(arch.global_memory)
+        self.noc = Noc(arch, prog.core_cnt)
+        self.vector = vec.VectorUnit(arch)
+        self.heap: list[tuple] = []
+        self.seq = 0
+        self.now = 0.0
+        self.energy = EnergyCounter()
+        self.pending_senders: list[dict[int, float]] = [dict() for _ in range(prog.core_cnt)]
+        self.recv_waiting = [-1] * prog.core_cnt
+        self.cores: list[_Core] = []
+        weights = prog.weight_matrices
+        for i, stream in enumerate(prog.cores):
+            c = _Core()
+            c.id = i
+            c.stream = stream
+            c.n = len(stream)
+            c.cols = tuple(
+                stream[f].tolist()
+                for f in ("opcode", "rd", "r1", "r2_or_imm", "generic1", "generic2", "generic3")
+            )
+            c.pc = 0
+            c.rnd = 0
+            c.tf = 0.0
+            c.te = 0.0
+            c.regs = [0] * 32
+            c.ev = [0] * 32
+            c.local = np.zeros(self.local_elems if c.n else 0, dtype=np.float32)
+            c.ibiw = 0
+            c.obiw = 0
+            c.blocked = None
+            c.pend = None
+            c.done = c.n == 0
+            agw = prog.array_group_weights[i] if i < len(prog.array_group_weights) else []
+            ws = [
+                np.ascontiguousarray(weights[m], dtype=np.float32)
+                if 0 <= m < len(weights)
+                else None
+                for m in agw
+            ]
+            xbars = list(prog.array_group_map[i])
+            ws += [None] * (len(xbars) - len(ws))
+            c.matrix = MatrixUnit(arch, xbars, ws)
+            c.stats = CoreStats(core=i)
+            self.cores.append(c)
+
+    # ---------------------------------------------------------------- helpers
+    def _push(self, t: float, kind: int, a: int, b: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, a, b))
+
+    def _err(self, c: _Core, msg: str) -> SimulationError:
+        pc = min(c.pc, c.n - 1)
+        return SimulationError(f"core {c.id} pc {pc} ({describe(c.stream, pc)}): {msg}")
+
+    def _check(self, c: _Core, start: int, n: int, size: int, what: str) -> None:
+        if start < 0 or start + n > size:
+            raise self._err(c, f"{what} [{start}, {start + n}) out of range (size {size} elements)")
+
+    # ---------------------------------------------------------------- main loop
+    def run(self) -> None:
+        for c in self.cores:
+            if not c.done:
+                self._run(c)
+        heap = self.heap
+        pop = heapq.heappop
+        while heap:
+            t, _, kind, a, b = pop(heap)
+            self.now = t
+            if kind == EV_MEM:
+                self._mem_arrive(self.cores[a], t)
+            elif kind == EV_SYNC:
+                self._sync_arrive(self.cores[a], b)
+            elif kind == EV_WAIT:
+                c = self.cores[a]
+                ev, val = c.pend
+                if c.ev[ev] >= val:
+                    c.ev[ev] -= val
+                    self._resume(c, t, t, 0.0)
+                else:
+                    c.blocked = "wait"
+            elif kind == EV_READY:
+                self._sender_ready(a, b, t)
+            elif kind == EV_RECV:
+                self._recv_dispatch(self.cores[a], t)
+            elif kind == EV_RDV:
+                self._rendezvous(self.cores[a], self.cores[b], t)
+        if not all(c.done for c in self.cores):
+            self._deadlock()
+
+    def _deadlock(self) -> None:
+        parts = []
+        for c in self.cores:
+            if c.done:
+                continue
+            what = describe(c.stream, c.pc)
+            extra = ""
+            if c.blocked == "wait":
+                ev, val = c.pend
+                extra = f" [event register {ev} = {c.ev[ev]} < {val}]"
+            elif c.blocked in ("recv", "send"):
+                extra = f" [{c.blocked} not matched]"
+            parts.append(f"core {c.id} pc {c.pc} round {c.rnd} waits on {what}{extra}")
+        raise SimulationError(f"deadlock at {self.now:.0f} ns: " + "; ".join(parts))
+
+    def _resume(
+        self, c: _Core, start: float, end: float, stall: float, stall_kind: str = "sync"
+    ) -> None:
+        """A blocked shared-state instruction of core c completed at `end`: continue the core."""
+        st = c.stats
+        st.transfer_busy_ns += end - start - stall
+        if stall_kind == "sync":
+            st.stall_sync_ns += stall
+        elif stall_kind == "recv":
+            st.stall_recv_ns += stall
+        else:
+            st.stall_memory_ns += stall
+        c.te = end + RETIRE_CYCLES * self.period
+        c.blocked = None
+        c.pend = None
+        c.pc += 1
+        self._run(c)
+
+    # ---------------------------------------------------------------- shared-state events
+    def _mem_arrive(self, c: _Core, t: float) -> None:
+        is_st, s, haddr, laddr, n, size = c.pend
+        mstart, mend = self.gmem.reserve(t, size, is_st)
+        self.noc.switch_free[c.id] = mend  # transport mode: switch held until the response
+        if is_st:
+            self.host.write(haddr, c.local[laddr : laddr + n], c.rnd)
+            end = mend
+        else:
+            c.local[laddr : laddr + n] = self.host.read(haddr, n, c.rnd)
+            wr, e = self.local.cost(size, True)
+            self.energy.local_memory_pj += e
+            end = mend + wr
+        self._resume(c, s, end, mstart - t, "memory")
+
+    def _sync_arrive(self, d: _Core, ev: int) -> None:
+        d.ev[ev] += 1
+        if d.blocked == "wait" and d.pend[0] == ev and d.ev[ev] >= d.pend[1]:
+            d.ev[ev] -= d.pend[1]
+            self._resume(d, d.tf, self.now, self.now - d.tf, "sync")
+
+    def _sender_ready(self, rcv: int, snd: int, t: float) -> None:
+        if self.recv_waiting[rcv] == snd:
+            self.recv_waiting[rcv] = -1
+            a2 = self.noc.message(t, rcv, snd, 1)
+            self._push(a2, EV_RDV, snd, rcv)
+        else:
+            self.pending_senders[rcv][snd] = t
+
+    def _recv_dispatch(self, d: _Core, t: float) -> None:
+        src = d.pend[0]
+        if not 0 <= src < len(self.cores) or self.cores[src].n == 0:
+            raise self._err(d, f"recv from core {src}, which has no program")
+        if src in self.pending_senders[d.id]:
+            del self.pending_senders[d.id][src]
+            a2 = self.noc.message(t, d.id, src, 1)
+            self._push(a2, EV_RDV, src, d.id)
+        else:
+            self.recv_waiting[d.id] = src
+            d.blocked = "recv"
+
+    def _rendezvous(self, snd: _Core, rcv: _Core, t: float) -> None:
+        _, s_addr, n, size, s_start = snd.pend
+        _, r_addr, rn, rsize, r_start = rcv.pend
+        if rsize != size:
+            raise self._err(
+                rcv, f"recv of {rsize} bytes matches a send of {size} bytes from core {snd.id}"
+            )
+        rcv.local[r_addr : r_addr + n] = snd.local[s_addr : s_addr + n]
+        rd, e1 = self.local.cost(size, False)
+        wr, e2 = self.local.cost(size, True)
+        self.energy.local_memory_pj += e1 + e2
+        r_end = t + rd
+        a3 = self.noc.message(r_end, snd.id, rcv.id, size)
+        lat = self.noc.link(snd.id, rcv.id)[0]
+        data_ns = self.noc.nflits(size) * lat
+        recv_end = a3 + wr
+        self._resume(snd, s_start, r_end, max(0.0, t - s_start - 2 * lat), "recv")
+        self._resume(
+            rcv,
+            r_start,
+            recv_end,
+            max(0.0, recv_end - r_start - rd - wr - data_ns - 2 * lat),
+            "recv",
+        )
+
+    # ---------------------------------------------------------------- the core loop
+    def _run(self, c: _Core) -> None:
+        try:
+            self._run_inner(c)
+        except SimulationError:
+            raise
+        except (IndexError, ValueError, TypeError, KeyError) as e:
+            raise self._err(c, f"invalid instruction ({type(e).__name__}: {e})") from None
+
+    def _run_inner(self, c: _Core) -> None:  # noqa: C901 - one flat dispatch loop, kept for speed
+        ops, rds, r1s, imms, g1s, g2s, g3s = c.cols
+        n = c.n
+        pc = c.pc
+        tf = c.tf
+        te = c.te
+        R = c.regs
+        L = c.local
+        LN = L.size
+        eb = self.eb
+        P = self.period
+        P2 = DISPATCH_CYCLES * P
+        P3 = RETIRE_CYCLES * P
+        ibiw, obiw = c.ibiw, c.obiw
+        ib = max(1, math.ceil(ibiw / 8)) if ibiw else 1
+        ob = max(1, math.ceil(obiw / 8)) if obiw else 1
+        mcost = c.matrix.cost
+        weights = c.matrix.weights
+        local = self.local
+        lcost = local.cost
+        vcost = self.vector.cost
+        vapply = vec.apply
+        stats = c.stats
+        busy_m = busy_v = busy_t = 0.0
+        e_m = e_v = e_l = 0.0
+        rounds = self.rounds
+        try:
+            while True:
+                if pc >= n:
+                    stats.finish_ns.append(te if te > tf else tf)
+                    c.rnd += 1
+                    if c.rnd >= rounds:
+                        c.done = True
+                        return
+                    pc = 0
+                    continue
+                op = ops[pc]
+                if op < _SETBW:  # scalar (and nop), executed in decode
+                    if op == 1:
+                        R[rds[pc]] = imms[pc]
+                    elif op == 6:
+                        R[rds[pc]] = R[r1s[pc]] + imms[pc]
+                    elif op == 7:
+                        R[rds[pc]] = R[r1s[pc]] * imms[pc]
+                    elif op == 3:
+                        R[rds[pc]] = R[r1s[pc]] + R[0]  # the binary has no rs2: register 0
+                    elif op == 4:
+                        R[rds[pc]] = R[r1s[pc]] - R[0]
+                    elif op == 5:
+                        R[rds[pc]] = R[r1s[pc]] * R[0]
+                    tf += P
+                    pc += 1
+                    continue
+                if op == _SETBW:
+                    ibiw, obiw = g1s[pc], g2s[pc]
+                    ib = max(1, math.ceil(ibiw / 8))
+                    ob = max(1, math.ceil(obiw / 8))
+                    tf += P
+                    pc += 1
+                    continue
+                # a unit instruction: dispatch
+                s = tf + P2
+                if te > s:
+                    s = te
+                tf = s
+                if op == _MVMUL:
+                    if ibiw <= 0:
+                        c.pc = pc
+                        raise self._err(c, "mvmul before setbw (input width 0)")
+                    g = g2s[pc]
+                    w = weights[g] if 0 <= g < len(weights) else None
+                    if w is None:
+                        c.pc = pc
+                        raise self._err(c, f"no weight matrix for array group {g}")
+                    mbiw = imms[pc]
+                    if mbiw <= 0:
+                        c.pc = pc
+                        raise self._err(c, "mvmul with mbiw 0")
+                    a = R[r1s[pc]] // eb
+                    d = R[rds[pc]] // eb
+                    rows, cols = w.shape
+                    if a < 0 or a + rows > LN or d < 0 or d + cols > LN:
+                        c.pc = pc
+                        raise self._err(
+                            c,
+                            f"local address out of range (input {a}+{rows}, output {d}+{cols}, size {LN})",
+                        )
+                    y = L[a : a + rows] @ w
+                    if g1s[pc]:
+                        np.maximum(y, 0, out=y)
+                    L[d : d + cols] = y
+                    rdn, lat, wrn, em, el = mcost(g, ibiw, obiw, mbiw, local)
+                    dur = rdn + lat + wrn
+                    busy_m += dur
+                    e_m += em
+                    e_l += el
+                    te = s + dur + P3
+                elif op <= _VEC_HI:
+                    length = g3s[pc]
+                    if length <= 0 or op in vec.UNSUPPORTED:
+                        c.pc = pc
+                        raise self._err(
+                            c,
+                            "vector length 0"
+                            if length <= 0
+                            else "vector op not supported by the float simulator",
+                        )
+                    sel = g1s[pc]
+                    off = g2s[pc]
+                    a = R[r1s[pc]] // eb + (off if sel & 2 else 0)
+                    d = R[rds[pc]] // eb + (off if sel & 1 else 0)
+                    if op in vec.STRIDED:
+                        b = R[imms[pc]]
+                        span = (length - 1) * b + 1 if b > 0 else 1
+                        if a < 0 or a + span > LN or d < 0 or d + length > LN:
+                            c.pc = pc
+                            raise self._err(c, "local address out of range")
+                    else:
+                        b = R[imms[pc]] // eb + (off if sel & 4 else 0)
+                        if (
+                            a < 0
+                            or a + length > LN
+                            or d < 0
+                            or d + length > LN
+                            or b < 0
+                            or b + length > LN
+                        ):
+                            c.pc = pc
+                            raise self._err(c, "local address out of range")
+                    vapply(op, L, d, a, b, length)
+                    lat, ev_, el = vcost(op, length, ib, ob, local)
+                    busy_v += lat
+                    e_v += ev_
+                    e_l += el
+                    te = s + lat + P3
+                elif op == _LLDI or op == _LMV:
+                    sel = g1s[pc]
+                    off = g2s[pc]
+                    size = g3s[pc]
+                    m = size // eb
+                    d = (R[rds[pc]] + (off if sel & 1 else 0)) // eb
+                    if d < 0 or d + m > LN:
+                        c.pc = pc
+                        raise self._err(c, "local address out of range")
+                    lat, e = lcost(size, True)
+                    if op == _LLDI:
+                        L[d : d + m] = imms[pc]
+                    else:
+                        a = (R[r1s[pc]] + (off if sel & 2 else 0)) // eb
+                        if a < 0 or a + m > LN:
+                            c.pc = pc
+                            raise self._err(c, "local address out of range")
+                        L[d : d + m] = L[a : a + m].copy()
+                        rl, er = lcost(size, False)
+                        lat += rl
+                        e += er
+                    busy_t += lat
+                    e_l += e
+                    te = s + lat + P3
+                elif op == _SYNC:
+                    dst = imms[pc]
+                    evr = g1s[pc]
+                    if not 0 <= dst < len(self.cores) or not 0 <= evr < 32:
+                        c.pc = pc
+                        raise self._err(c, "sync to a core or event register that does not exist")
+                    arr = self.noc.message(s, c.id, dst, 1)
+                    self._push(arr, EV_SYNC, dst, evr)
+                    busy_t += P
+                    te = s + P + P3
+                elif op == _WAIT:
+                    evr = g1s[pc]
+                    val = g2s[pc]
+                    if c.ev[evr] >= val:  # already satisfied: arrivals only add
+                        c.ev[evr] -= val
+                        te = s + P3
+                    else:
+                        c.pend = (evr, val)
+                        c.pc, c.tf, c.te, c.ibiw, c.obiw = pc, tf, te, ibiw, obiw
+                        c.blocked = "wait_dispatch"  # becomes "wait" once dispatched in time order
+                        self._push(s, EV_WAIT, c.id)
+                        return
+                else:  # ld, st, send, recv: block and hand over to the event heap
+                    sel = g1s[pc]
+                    off = g2s[pc]
+                    size = g3s[pc]
+                    m = size // eb
+                    c.pc, c.tf, c.te, c.ibiw, c.obiw = pc, tf, te, ibiw, obiw
+                    if op == _LD or op == _ST:
+                        if op == _LD:
+                            la = (R[rds[pc]] + (off if sel & 1 else 0)) // eb
+                            ha = (R[r1s[pc]] + (off if sel & 2 else 0)) // eb
+                        else:
+                            ha = (R[rds[pc]] + (off if sel & 1 else 0)) // eb
+                            la = (R[r1s[pc]] + (off if sel & 2 else 0)) // eb
+                        self._check(c, la, m, LN, "local range")
+                        self._check(c, ha, m, self.host.size, "host range")
+                        c.pend = (op == _ST, s, ha, la, m, size)
+                        c.blocked = "memory"
+                        if op == _ST:
+                            rl, e = lcost(size, False)
+                            e_l += e
+                            arr = self.noc.message(s + rl, c.id, self.noc.gm, size)
+                        else:
+                            arr = self.noc.message(s, c.id, self.noc.gm, 1)
+                        self._push(arr, EV_MEM, c.id)
+                    else:
+                        other = imms[pc]
+                        la = (R[rds[pc]] + (off if sel & 1 else 0)) // eb
+                        self._check(c, la, m, LN, "local range")
+                        if not 0 <= other < len(self.cores) or other == c.id:
+                            raise self._err(
+                                c,
+                                f"{'send to' if op == _SEND else 'recv from'} invalid core {other}",
+                            )
+                        c.pend = (other, la, m, size, s)
+                        if op == _SEND:
+                            c.blocked = "send"
+                            a1 = self.noc.message(s, c.id, other, 1, hold_extra=P)
+                            self._push(a1, EV_READY, other, c.id)
+                        else:
+                            c.blocked = "recv"
+                            self._push(s, EV_RECV, c.id)
+                    return
+                pc += 1
+        finally:
+            if not c.blocked:
+                c.pc, c.tf, c.te, c.ibiw, c.obiw = pc, tf, te, ibiw, obiw
+            stats.matrix_busy_ns += busy_m
+            stats.vector_busy_ns += busy_v
+            stats.transfer_busy_ns += busy_t
+            en = self.energy
+            en.matrix_pj += e_m
+            en.vector_pj += e_v
+            en.local_memory_pj += e_l
+
+    # ---------------------------------------------------------------- results
+    def energy_total(self, run_time_ns: float) -> EnergyCounter:
+        e = self.energy
+        e.global_memory_pj = self.gmem.energy_pj
+        e.noc_pj = self.noc.energy_pj
+        e.static_pj = static_power_mw(self.arch, self.prog.core_cnt) * run_time_ns
+        return e
