@@ -3,7 +3,7 @@ MVM values."""
 
 import numpy as np
 import pytest
-from conftest import mvmul, program, setbw, sldi
+from simprog import mvmul, program, setbw, sldi
 
 from raptor.errors import SimulationError
 from raptor.sim import simulate

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import ld, program, sldi, st
+from simprog import ld, program, sldi, st
 
 from raptor.errors import SimulationError
 from raptor.sim import simulate

@@ -2,7 +2,7 @@
 that is not ordered after its producer (sync/wait) reads a stale or overwritten buffer."""
 
 import numpy as np
-from conftest import ld, mvmul, program, setbw, sldi, st, sync, wait
+from simprog import ld, mvmul, program, setbw, sldi, st, sync, wait
 
 from raptor.sim import simulate
 from raptor.validation.compare import compare_outputs

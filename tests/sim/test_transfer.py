@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import make, program, recv, send, sldi, sync, wait
+from simprog import make, program, recv, send, sldi, sync, wait
 
 from raptor.errors import SimulationError
 from raptor.isa.opcodes import Opcode

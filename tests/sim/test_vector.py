@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import program, setbw, sldi, vop
+from simprog import program, setbw, sldi, vop
 
 from raptor.errors import SimulationError
 from raptor.isa.opcodes import Opcode
