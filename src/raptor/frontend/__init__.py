@@ -1,1 +1,53 @@
-"""ONNX frontend: import, clean up, fold and fuse into the graph IR."""
+"""ONNX frontend: import, clean up, fold and fuse into the graph IR.
+
+    load_graph(model) -> Graph     model: path, str or onnx.ModelProto
+
+Pipeline: cleanup (batch 1, constants, Identity, shape inference; onnxslim with slim=True)
+→ importer (per-op handlers, canonical attributes, ceil_mode / Gemm / ReduceMean resolved)
+→ fold (BatchNormalization, Pad, bias Add) → fuse (activations) → check every op is one of
+NORMALIZED_OPS → Graph.verify().
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+
+from raptor.errors import UnsupportedOpError
+from raptor.frontend.graph import NORMALIZED_OPS, Graph, Node
+
+
+def finalize(g: Graph) -> Graph:
+    """Reject leftover non-canonical ops, give every fusable node an activation key, drop
+    unused constants and shapes, verify."""
+    for n in g.nodes:
+        if n.op not in NORMALIZED_OPS:
+            raise UnsupportedOpError(f"unsupported ONNX op {n.op} (node {n.name!r})")
+        if n.op in ("Conv", "Gemm", "Add"):
+            n.attrs.setdefault("activation", None)
+    used = {t for n in g.nodes for t in n.inputs}
+    g.constants = {k: v for k, v in g.constants.items() if k in used}
+    live = used | {t for n in g.nodes for t in n.outputs} | set(g.inputs) | set(g.outputs)
+    g.shapes = {k: v for k, v in g.shapes.items() if k in live}
+    g.verify()
+    return g
+
+
+def load_graph(model: str | Path | onnx.ModelProto, slim: bool = False) -> Graph:
+    """Load any reasonable ONNX model into the normalised graph IR (see graph.py)."""
+    from raptor.frontend.cleanup import cleanup
+    from raptor.frontend.fold import fold_batchnorm, fold_bias_add, fold_pad
+    from raptor.frontend.fuse import fuse_activations
+    from raptor.frontend.importer import import_model, read_model
+
+    m = cleanup(read_model(model), slim=slim)
+    g = import_model(m)
+    fold_batchnorm(g)
+    fold_pad(g)
+    fold_bias_add(g)
+    fuse_activations(g)
+    return finalize(g)
+
+
+__all__ = ["Graph", "Node", "NORMALIZED_OPS", "load_graph"]

@@ -76,3 +76,31 @@ class Graph:
             shapes = [self.shapes.get(t) for t in n.outputs]
             lines.append(f"  {n.name}: {n.op}({', '.join(n.inputs)}) -> {shapes} {attrs}")
         return "\n".join(lines)
+
+
+# The op types a normalised graph may contain (see the module docstring for their attributes).
+NORMALIZED_OPS = frozenset(
+    {
+        "Conv",
+        "Gemm",
+        "MaxPool",
+        "AveragePool",
+        "GlobalAveragePool",
+        "Add",
+        "Mul",
+        "Sub",
+        "Div",
+        "Concat",
+        "Flatten",
+        "Reshape",
+        "Relu",
+        "Sigmoid",
+        "Clip",
+        "Softmax",
+        "MatMul",
+        "Split",
+        "Resize",
+        "Transpose",
+        "Slice",
+    }
+)

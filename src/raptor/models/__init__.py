@@ -1,0 +1,147 @@
+"""The model suite: deterministic, seeded ONNX builders (onnx.helper + numpy, no downloads).
+
+build_model(name, input_size=None, seed=0) -> onnx.ModelProto
+save_model(name, out, input_size=None, seed=0) -> Path      (atomic write)
+model_info(name) -> dict                                    (param counts, notes)
+input_sensitivity(model, seed=0) -> float                   (output spread across inputs)
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from raptor.errors import RaptorError
+from raptor.models.common import count_params
+
+MODEL_NAMES = ("vgg8", "resnet18", "resnet34", "googlenet", "yolo11n")
+DEFAULT_INPUT_SIZE = {
+    "vgg8": 32,
+    "resnet18": 224,
+    "resnet34": 224,
+    "googlenet": 224,
+    "yolo11n": 640,
+}
+
+_NOTES = {
+    "vgg8": "NeuroSim CIFAR VGG-8: 6 conv 3x3 (128,128,M,256,256,M,512,512,M) + FC 8192-1024-10",
+    "resnet18": "torchvision ResNet-18 topology, Conv+BatchNormalization (calibrated stats), FC 1000",
+    "resnet34": "torchvision ResNet-34 topology, Conv+BatchNormalization (calibrated stats), FC 1000",
+    "googlenet": "torchvision GoogLeNet, no aux heads, ceil-mode MaxPools, '5x5' branch is 3x3",
+    "yolo11n": "Ultralytics YOLO11n (BN fused, SiLU as Sigmoid*Mul, C3k2, SPPF, C2PSA, DFL decode)",
+}
+# Parameter counts in torch's convention (BN weight+bias counted, running stats not).
+TORCH_PARAMS = {
+    "vgg8": 12_976_266,
+    "resnet18": 11_689_512,
+    "resnet34": 21_797_672,
+    "googlenet": 6_624_904,
+    "yolo11n": 2_624_080,
+}
+# smallest convenient size for building when only the structure matters
+_SMALL = {"vgg8": 32, "resnet18": 32, "resnet34": 32, "googlenet": 32, "yolo11n": 64}
+
+
+def _build(name: str, input_size: int | None, seed: int):
+    if name not in MODEL_NAMES:
+        raise RaptorError(f"unknown model {name!r}; choose one of {', '.join(MODEL_NAMES)}")
+    size = DEFAULT_INPUT_SIZE[name] if input_size is None else int(input_size)
+    if name == "vgg8":
+        from raptor.models.vgg import build_vgg8
+
+        return build_vgg8(size, seed)
+    if name in ("resnet18", "resnet34"):
+        from raptor.models.resnet import build_resnet
+
+        return build_resnet(name, size, seed)
+    if name == "googlenet":
+        from raptor.models.googlenet import build_googlenet
+
+        return build_googlenet(size, seed)
+    from raptor.models.yolo import build_yolo11n
+
+    return build_yolo11n(size, seed)
+
+
+def build_model(name: str, input_size: int | None = None, seed: int = 0) -> onnx.ModelProto:
+    """Build a suite model (opset 17, batch 1, NCHW float32 input named "input")."""
+    model, _ = _build(name, input_size, seed)
+    return model
+
+
+def save_model(name: str, out: str | Path, input_size: int | None = None, seed: int = 0) -> Path:
+    """Build and write a suite model atomically (temp file in the same directory + os.replace).
+
+    `out` is a file path, or an existing directory (then `<name>.onnx` inside it)."""
+    out = Path(out)
+    if out.is_dir():
+        out = out / f"{name}.onnx"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = build_model(name, input_size, seed).SerializeToString()
+    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+def model_info(name: str) -> dict:
+    """Parameter counts (independent of the input size, except vgg8's first FC) and notes."""
+    model, b = _build(name, _SMALL[name], 0)
+    counts = count_params(model)
+    folded = counts["folded"]
+    return {
+        "name": name,
+        "default_input_size": DEFAULT_INPUT_SIZE[name],
+        "params": folded + b.bn_channels,  # torch convention (BN as weight+bias)
+        "params_folded": folded,  # after BN folding: what the crossbars hold (+ biases)
+        "params_reference": TORCH_PARAMS[name],
+        "nodes": len(model.graph.node),
+        "op_types": sorted({n.op_type for n in model.graph.node}),
+        "notes": _NOTES[name],
+    }
+
+
+def input_sensitivity(
+    model: onnx.ModelProto | str | Path, seed: int = 0, n_inputs: int = 4
+) -> float:
+    """How much the output depends on the input: RMS over output elements of the std across
+    `n_inputs` seeded standard-normal inputs, divided by the RMS of the outputs. 0 for a
+    constant model, about 1 when outputs are input-driven and centred."""
+    import onnxruntime as ort
+
+    data = (
+        model.SerializeToString()
+        if isinstance(model, onnx.ModelProto)
+        else Path(model).read_bytes()
+    )
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0]
+    outs = []
+    for i in range(n_inputs):
+        x = np.random.default_rng(seed + i).standard_normal(inp.shape).astype(np.float32)
+        outs.append(np.concatenate([o.ravel() for o in sess.run(None, {inp.name: x})]))
+    y = np.stack(outs).astype(np.float64)
+    spread = np.sqrt(np.mean(y.std(axis=0) ** 2))
+    scale = np.sqrt(np.mean(y**2)) + 1e-30
+    return float(spread / scale)
+
+
+__all__ = [
+    "MODEL_NAMES",
+    "DEFAULT_INPUT_SIZE",
+    "build_model",
+    "save_model",
+    "model_info",
+    "input_sensitivity",
+]

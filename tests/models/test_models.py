@@ -1,0 +1,115 @@
+import hashlib
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from raptor.errors import RaptorError
+from raptor.models import (
+    DEFAULT_INPUT_SIZE,
+    MODEL_NAMES,
+    build_model,
+    input_sensitivity,
+    model_info,
+    save_model,
+)
+
+SMALL = {"vgg8": 32, "resnet18": 32, "resnet34": 32, "googlenet": 32, "yolo11n": 64}
+
+
+def _run(model, seed=3):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0]
+    x = np.random.default_rng(seed).standard_normal(inp.shape).astype(np.float32)
+    return sess.run(None, {inp.name: x})
+
+
+@pytest.fixture(scope="module", params=MODEL_NAMES)
+def small_model(request):
+    return request.param, build_model(request.param, SMALL[request.param])
+
+
+def test_names_and_sizes():
+    assert MODEL_NAMES == ("vgg8", "resnet18", "resnet34", "googlenet", "yolo11n")
+    assert DEFAULT_INPUT_SIZE == {
+        "vgg8": 32,
+        "resnet18": 224,
+        "resnet34": 224,
+        "googlenet": 224,
+        "yolo11n": 640,
+    }
+
+
+def test_checker_and_ort(small_model):
+    name, m = small_model
+    onnx.checker.check_model(m, full_check=True)
+    assert m.opset_import[0].version == 17
+    shp = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+    assert shp == [1, 3, SMALL[name], SMALL[name]]
+    outs = _run(m)
+    for y in outs:
+        assert np.isfinite(y).all()
+    # activations stay bounded (yolo's decoded boxes are in pixels of the small input)
+    assert max(float(np.abs(y).max()) for y in outs) < 200
+
+
+def test_sensitivity(small_model):
+    name, m = small_model
+    s = input_sensitivity(m, seed=0)
+    assert s > 0.02, f"{name}: output barely depends on the input (sensitivity {s:.2e})"
+
+
+def test_deterministic_bytes():
+    a = build_model("resnet18", 32, seed=1).SerializeToString()
+    b = build_model("resnet18", 32, seed=1).SerializeToString()
+    c = build_model("resnet18", 32, seed=2).SerializeToString()
+    assert hashlib.sha256(a).digest() == hashlib.sha256(b).digest()
+    assert a != c
+
+
+def test_vgg8_fc_follows_input_size():
+    m = build_model("vgg8", 16)
+    fc = next(t for t in m.graph.initializer if t.name == "classifier.fc0.weight")
+    assert list(fc.dims) == [1024, 512 * 2 * 2]
+
+
+@pytest.mark.parametrize(
+    "name,expected,tol",
+    [
+        ("vgg8", 12_976_266, 0),
+        ("resnet18", 11_689_512, 0),
+        ("resnet34", 21_797_672, 0),
+        ("googlenet", 6_624_904, 0),
+        ("yolo11n", 2_624_080, 0.002),
+    ],
+)
+def test_param_counts(name, expected, tol):
+    info = model_info(name)
+    assert abs(info["params"] - expected) <= tol * expected, info
+    assert info["params_folded"] <= info["params"]
+
+
+def test_save_model_atomic(tmp_path):
+    p = save_model("vgg8", tmp_path / "sub" / "v.onnx", input_size=16)
+    assert p.exists() and not list(p.parent.glob("*.tmp"))
+    assert onnx.load(str(p)).graph.node
+    p2 = save_model("vgg8", tmp_path, input_size=16)
+    assert p2.name == "vgg8.onnx" and p2.read_bytes() == p.read_bytes()
+
+
+def test_unknown_model():
+    with pytest.raises(RaptorError, match="unknown model"):
+        build_model("alexnet")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_full_size(name):
+    m = build_model(name)
+    onnx.checker.check_model(m, full_check=True)
+    outs = _run(m)
+    assert all(np.isfinite(y).all() for y in outs)
+    assert input_sensitivity(m) > 0.02
