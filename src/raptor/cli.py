@@ -23,6 +23,14 @@ def _cmd_arch_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_arch_export_pimsim(args: argparse.Namespace) -> int:
+    from raptor.arch import load_arch
+    from raptor.arch.pimsim_export import export_pimsim
+
+    print(export_pimsim(load_arch(args.arch), args.out, mode=args.mode))
+    return 0
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from raptor.isa.inspect import inspect_pimdir
 
@@ -79,6 +87,19 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from raptor.arch import load_arch
+
+    if args.engine == "pimsim-nn":
+        from raptor.sim.pimsim_engine import run_pimsim
+
+        report = run_pimsim(
+            args.dir,
+            load_arch(args.arch),
+            mode=args.mode,
+            pipeline=args.pipeline,
+            binary=args.pimsim_bin,
+        )
+        print(json.dumps(report.to_dict(), indent=2) if args.json else report.format())
+        return 0
     from raptor.sim import simulate_dir
 
     report = simulate_dir(
@@ -126,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("arch")
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=_cmd_arch_show)
+    ex = arch.add_parser(
+        "export-pimsim", help="write the pimsim-nn arch config and NoC table for an architecture"
+    )
+    ex.add_argument("arch")
+    ex.add_argument("--out", required=True, help="directory for config.json and network.json")
+    ex.add_argument("--mode", choices=("latency", "throughput"), default="latency")
+    ex.set_defaults(func=_cmd_arch_export_pimsim)
 
     ins = sub.add_parser("inspect", help="summarise a pim/ directory (either instruction format)")
     ins.add_argument("dir")
@@ -180,6 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_args(sp)
     sp.add_argument("--inputs", default=None, help=".npz of inputs (default: seeded random inputs)")
     sp.add_argument("--json", action="store_true")
+    sp.add_argument(
+        "--engine",
+        choices=("ours", "pimsim-nn"),
+        default="ours",
+        help="our simulator (values and timing) or pimsim-nn's ChipTest (timing only)",
+    )
+    sp.add_argument("--pimsim-bin", default=None, help="ChipTest binary (default: $PIMSIM_NN_BIN)")
     sp.set_defaults(func=_cmd_simulate)
 
     vp = sub.add_parser("validate", help="simulate and compare against onnxruntime")
