@@ -48,6 +48,13 @@ class MatrixConfig:
     shift_adder_dynamic_power: float = 0.0
     input_buffer_dynamic_power: float = 0.0
     output_buffer_dynamic_power: float = 0.0
+    # pimsim-nn reads these too (Config.hpp defaults 0) but never charges them: its
+    # `XbarArray::getStaticPower` is unused, so crossbar-side static power costs nothing there.
+    dac_static_power: float = 0.0
+    sample_hold_static_power: float = 0.0
+    shift_adder_static_power: float = 0.0
+    input_buffer_static_power: float = 0.0
+    output_buffer_static_power: float = 0.0
 
     @property
     def rows(self) -> int:
@@ -83,6 +90,25 @@ class CoreConfig:
     vector_alu_dynamic_energy: float = 0.0
     vector_reg_read_energy: float = 0.0
     vector_reg_write_energy: float = 0.0
+    # Per-unit powers pimsim-nn's core charges (Config.hpp `CoreConfig`, all default 0): static
+    # power in mW for the whole run, dynamic power in mW per active cycle of `period`.
+    vector_alu_static_power: float = 0.0
+    vector_reg_static_power: float = 0.0
+    controller_static_power: float = 0.0
+    controller_dynamic_power: float = 0.0
+    inst_fetch_static_power: float = 0.0
+    inst_fetch_dynamic_power: float = 0.0
+    inst_decode_static_power: float = 0.0
+    inst_decode_dynamic_power: float = 0.0
+    inst_decode_offset_static_power: float = 0.0
+    inst_decode_offset_dynamic_power: float = 0.0
+    reg_file_static_power: float = 0.0
+    reg_file_read_dynamic_power: float = 0.0
+    reg_file_write_dynamic_power: float = 0.0
+    scalar_static_power: float = 0.0
+    scalar_dynamic_power: float = 0.0
+    transfer_static_power: float = 0.0
+    transfer_dynamic_power: float = 0.0
 
 
 @dataclass(frozen=True)
