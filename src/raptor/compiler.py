@@ -1,0 +1,137 @@
+"""The Raptor compiler pipeline: ONNX (or Graph IR) -> Spatial IR -> per-core PIM programs.
+
+`compile_model` lists its passes top to bottom; a disabled pass is visible there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from raptor.arch import Arch
+from raptor.frontend.graph import Graph
+from raptor.isa.pimdir import PimProgram, write_pimdir
+from raptor.isa.table import opcode_counts
+from raptor.options import CompileOptions
+
+
+@dataclass
+class CompileResult:
+    program: PimProgram
+    report: dict[str, Any]
+
+
+def _load(model) -> Graph:
+    if isinstance(model, Graph):
+        return model
+    from raptor.frontend import load_graph  # written by the frontend engineer
+
+    return load_graph(model)
+
+
+def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> CompileResult:
+    """Compile `model` (path, onnx.ModelProto or Graph) for `arch` under `opts`."""
+    times: dict[str, float] = {}
+
+    def timed(name, fn, *args):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        times[name] = round(time.perf_counter() - t0, 4)
+        return out
+
+    graph = timed("frontend", _load, model)
+    if opts.compiler == "pimcomp":
+        from raptor import pimcomp
+
+        return pimcomp.compile_model(graph, arch, opts)
+
+    from raptor.pim.codegen import generate
+    from raptor.spatial.build import build_spatial
+    from raptor.spatial.planning import SpatialPlanningPass, estimates, plain_assignment
+    from raptor.spatial.sync import SynchronizationPass
+    from raptor.spatial.tiling import TilingPass
+
+    sg = timed("build-spatial", build_spatial, graph, arch.element_bytes)
+    sg = timed(TilingPass.name, TilingPass().apply, arch, sg)
+    if opts.disable_spatial_planning:
+        sg = timed("plain-assignment", plain_assignment, arch, sg)
+    else:
+        sg = timed(SpatialPlanningPass.name, SpatialPlanningPass().apply, arch, sg)
+    if not opts.disable_synchronization:
+        sg = timed(
+            SynchronizationPass.name, SynchronizationPass(pipeline=opts.pipeline).apply, arch, sg
+        )
+    timed("verify-spatial", sg.verify)
+    meta = {"compiler": "raptor", "arch": arch.name, "mode": opts.mode, "pipeline": opts.pipeline}
+    prog, stats = timed("pim-codegen", generate, arch, sg, meta)
+    timed("verify-pim", prog.verify)
+    est = timed("estimates", estimates, arch, sg)
+    return CompileResult(prog, _report(arch, opts, sg, prog, stats, est, times))
+
+
+def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, Any]:
+    per_core = [int(len(s)) for s in prog.cores]
+    by_op: dict[str, int] = {}
+    for s in prog.cores:
+        for k, v in opcode_counts(s).items():
+            by_op[k] = by_op.get(k, 0) + v
+    nodes_per_core = [0] * prog.core_cnt
+    for n in sg.nodes:
+        nodes_per_core[n.core] += 1
+    return {
+        "compiler": "raptor",
+        "model": sg.name,
+        "arch": arch.name,
+        "cores_used": sum(1 for s in prog.cores if len(s)),
+        "crossbars_used": int(sum(sum(a) for a in prog.array_group_map)),
+        "crossbars_available": arch.total_crossbars,
+        "array_groups": int(sum(len(a) for a in prog.array_group_map)),
+        "weight_matrices": len(prog.weight_matrices),
+        "replication": sg.replication,
+        "nodes": len(sg.nodes),
+        "nodes_per_core": nodes_per_core,
+        "instructions_total": int(sum(per_core)),
+        "instructions_per_core": per_core,
+        "instructions_by_opcode": dict(sorted(by_op.items())),
+        "local_memory_peak_bytes": stats["local_memory_peak_bytes"],
+        "host_memory_bytes": stats["host_memory_bytes"],
+        "noc_hop_bytes_estimate": float(est["hop_bytes"]),
+        "estimated_layer_ns": {k: round(v, 1) for k, v in est["layer_ns"].items()},
+        "estimated_core_ns_max": float(np.max(est["core_ns"])) if len(est["core_ns"]) else 0.0,
+        "event_registers_max": sg.notes.get("event_registers", 0),
+        "pass_time_s": times,
+        "compile_time_s": round(sum(times.values()), 4),
+        "options": asdict(opts),
+    }
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def compile_to_dir(
+    model, arch: Arch, opts: CompileOptions, out_dir: str | Path, emit_json: bool = False
+) -> dict[str, Any]:
+    """Compile and write `out_dir/pim/` and `out_dir/compile_report.json`; returns the report."""
+    out_dir = Path(out_dir)
+    res = compile_model(model, arch, opts)
+    t0 = time.perf_counter()
+    write_pimdir(res.program, out_dir / "pim", emit_json=emit_json)
+    res.report.setdefault("pass_time_s", {})["write"] = round(time.perf_counter() - t0, 4)
+    _atomic_write_text(out_dir / "compile_report.json", json.dumps(res.report, indent=1) + "\n")
+    return res.report

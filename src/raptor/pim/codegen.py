@@ -1,0 +1,141 @@
+"""Code generation: host layout, per-core streams, array groups, weights, memory image, meta.
+
+Every non-empty core's stream is: setbw (ibiw = obiw = activation bits), sldi r0 0, its credit
+syncs, then its nodes in program order, each wrapped in its wait/sync tokens. Array groups are
+allocated per node and row tile; weight matrices are deduplicated by (layer, rows, columns), so
+replicas share one matrix. A stream never ends in a scalar/setbw (pimsim-nn would not finish it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from raptor.arch import Arch
+from raptor.errors import PassFailedError
+from raptor.isa.opcodes import Opcode
+from raptor.isa.pimdir import PimProgram
+from raptor.isa.table import concat, make
+from raptor.pim.lowering import LowerCtx, lower_node
+from raptor.spatial.ir import BufferRole, NodeKind, SpatialGraph, SyncToken
+from raptor.spatial.tiling import row_tiles
+
+HOST_ALIGN_BYTES = 64
+
+
+def host_layout(sg: SpatialGraph) -> tuple[dict[str, int], int]:
+    """Byte address of every buffer: inputs, constants, then activations/outputs/scratch."""
+    order = sorted(
+        sg.buffers.values(), key=lambda b: (min(int(b.role), 2), list(sg.buffers).index(b.name))
+    )
+    addr, top = {}, 0
+    for b in order:
+        addr[b.name] = top
+        top += -(-b.size_bytes // HOST_ALIGN_BYTES) * HOST_ALIGN_BYTES
+    return addr, top
+
+
+def _tokens(tokens: list[SyncToken]) -> list[np.ndarray]:
+    out = []
+    for t in tokens:
+        if t.kind == "sync":
+            out.append(make(Opcode.SYNC, r2_or_imm=t.value, generic1=t.event))
+        else:
+            out.append(make(Opcode.WAIT, generic1=t.event, generic2=t.value))
+    return out
+
+
+def generate(
+    arch: Arch, sg: SpatialGraph, meta: dict[str, Any]
+) -> tuple[PimProgram, dict[str, Any]]:
+    """Emit the program; returns it with codegen statistics (local-memory peaks, host bytes)."""
+    eb = arch.element_bytes
+    address, host_bytes = host_layout(sg)
+    if host_bytes > arch.global_memory.memory_size:
+        raise PassFailedError(
+            f"host memory needs {host_bytes} bytes, {arch.name} global memory has {arch.global_memory.memory_size}"
+        )
+    ctx = LowerCtx(arch, sg, address)
+    by_core = sg.nodes_by_core()
+    n_cores = arch.core_count
+    cores: list[np.ndarray] = []
+    ag_map: list[list[int]] = []
+    ag_weights: list[list[int]] = []
+    matrices: list[np.ndarray] = []
+    matrix_index: dict[tuple[int, int, int, int, int], int] = {}
+    local_peak = [0] * n_cores
+    for core in range(n_cores):
+        nodes = by_core.get(core, [])
+        ags: list[int] = []
+        mats: list[int] = []
+        if not nodes:
+            cores.append(make(0, 0))
+            ag_map.append(ags)
+            ag_weights.append(mats)
+            continue
+        blocks = [
+            make(Opcode.SETBW, generic1=arch.activation_bits, generic2=arch.activation_bits),
+            make(Opcode.SLDI, rd=0, r2_or_imm=0),
+        ]
+        blocks += _tokens(sg.tokens_start.get(core, []))
+        for n in nodes:
+            ag_base = len(ags)
+            if n.kind == NodeKind.MVM:
+                layer = sg.layers[n.layer]
+                for a, b in row_tiles(arch, n.r0, n.r1):
+                    key = (n.layer, a, b, n.c0, n.c1)
+                    if key not in matrix_index:
+                        matrix_index[key] = len(matrices)
+                        matrices.append(
+                            np.ascontiguousarray(layer.weight[a:b, n.c0 : n.c1], dtype=np.float32)
+                        )
+                    ags.append(arch.crossbars_for(b - a, n.c1 - n.c0))
+                    mats.append(matrix_index[key])
+            blocks += _tokens(sg.tokens_before.get(n.id, []))
+            code, peak = lower_node(ctx, n, ag_base)
+            local_peak[core] = max(local_peak[core], peak)
+            blocks.append(code)
+            blocks += _tokens(sg.tokens_after.get(n.id, []))
+        if sum(ags) > arch.crossbars_per_core:
+            raise PassFailedError(
+                f"core {core} needs {sum(ags)} crossbars, {arch.name} cores have {arch.crossbars_per_core}"
+            )
+        cores.append(concat(blocks))
+        ag_map.append(ags)
+        ag_weights.append(mats)
+    memory = np.zeros(host_bytes // eb, np.float32)
+    for name, values in sg.const_values.items():
+        a = address[name] // eb
+        memory[a : a + values.size] = values
+    io = lambda items: [  # noqa: E731
+        {
+            "name": t,
+            "address": address[b],
+            "shape": list(shape),
+            "layout": "NHWC" if len(shape) == 4 else "flat",
+        }
+        for t, b, shape in items
+    ]
+    prog = PimProgram(
+        cores=cores,
+        array_group_map=ag_map,
+        weight_matrices=matrices,
+        array_group_weights=ag_weights,
+        memory=memory,
+        meta={**meta, "element_bytes": eb, "inputs": io(sg.inputs), "outputs": io(sg.outputs)},
+    )
+    stats = {
+        "local_memory_peak_bytes": local_peak,
+        "host_memory_bytes": host_bytes,
+        "host_buffers": {
+            b: {
+                "address": address[b],
+                "size_bytes": sg.buffers[b].size_bytes,
+                "role": sg.buffers[b].role.name.lower(),
+            }
+            for b in sg.buffers
+            if sg.buffers[b].role != BufferRole.CONST
+        },
+    }
+    return prog, stats

@@ -1,0 +1,416 @@
+"""Lowering of compute nodes to instruction blocks, built with numpy over all lanes of a class.
+
+Register convention (32 registers): r0 = 0, r1/r2 = host base of the inputs, r3 = host base of
+the output, r4 = host base of a constant; r5..r27 hold the node's fixed local addresses (set in
+its prologue); r28..r31 are temporaries for local addresses beyond that (an sldi right before the
+instruction that uses it). Host addresses of lanes ride in the offset field (ld: rs1 offset, st:
+rd offset), so an ld or st is one record per lane.
+
+MVM node, per output pixel: ld each in-bounds kernel-row segment into the local window (padding
+is zeroed once per padding class with lldi), one mvmul per row tile into partial-sum buffers,
+vvadd reduction, vvadd bias, activation, st of the column slice into the output pixel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from raptor.arch import Arch
+from raptor.isa.opcodes import OFFSET_RD, OFFSET_RS1, Opcode
+from raptor.isa.table import concat, interleave, make
+from raptor.pim.memalloc import LocalAllocator
+from raptor.spatial.geometry import WindowClass, pool_counts, window_classes
+from raptor.spatial.ir import ComputeNode, Layer, LayerKind, NodeKind, SpatialGraph
+from raptor.spatial.tiling import row_tiles
+
+R_ZERO, R_IN0, R_IN1, R_OUT, R_CONST = 0, 1, 2, 3, 4
+FIRST_LOCAL, LAST_LOCAL = 5, 27
+TEMPS = (28, 29, 30, 31)
+
+
+class Block:
+    """A per-lane instruction template over `lanes` lanes; a field is a scalar or a lane array."""
+
+    def __init__(self, lanes: int):
+        self.lanes = lanes
+        self.slots: list[tuple[int, dict]] = []
+
+    def add(self, op: Opcode, **fields) -> None:
+        self.slots.append((int(op), fields))
+
+    def build(self) -> np.ndarray:
+        if not self.slots or self.lanes == 0:
+            return make(0, 0)
+        return interleave([make(op, self.lanes, **f) for op, f in self.slots])
+
+
+class Regs:
+    """Local-address registers of one node: preset in the prologue while they last."""
+
+    def __init__(self, prologue: list[np.ndarray]):
+        self.map: dict[int, int] = {}
+        self.next = FIRST_LOCAL
+        self.prologue = prologue  # sldi of new preset registers go here until flush()
+        self.t = 0
+
+    def flush(self) -> list[np.ndarray]:
+        """The sldi records of registers preset since the last flush (emit before the block)."""
+        out, self.prologue[:] = list(self.prologue), []
+        return out
+
+    def loc(self, addr: int, block: Block | None = None) -> int:
+        r = self.map.get(addr)
+        if r is not None:
+            return r
+        if self.next <= LAST_LOCAL or block is None:
+            if self.next > LAST_LOCAL:
+                raise RuntimeError("out of preset registers outside a block")
+            r = self.next
+            self.next += 1
+            self.map[addr] = r
+            self.prologue.append(make(Opcode.SLDI, rd=r, r2_or_imm=addr))
+            return r
+        r = TEMPS[self.t % len(TEMPS)]
+        self.t += 1
+        block.add(Opcode.SLDI, rd=r, r2_or_imm=addr)
+        return r
+
+
+@dataclass
+class LowerCtx:
+    arch: Arch
+    sg: SpatialGraph
+    address: dict[str, int]  # host buffer -> byte address
+
+    @property
+    def eb(self) -> int:
+        return self.arch.element_bytes
+
+
+def _sldi(r: int, v: int) -> np.ndarray:
+    return make(Opcode.SLDI, rd=r, r2_or_imm=int(v))
+
+
+def _ld(block: Block, regs: Regs, local: int, base_reg: int, host_off, size: int) -> None:
+    block.add(
+        Opcode.LD,
+        rd=regs.loc(local, block),
+        r1=base_reg,
+        generic1=OFFSET_RS1,
+        generic2=host_off,
+        generic3=size,
+    )
+
+
+def _st(block: Block, regs: Regs, local: int, host_off, size: int) -> None:
+    block.add(
+        Opcode.ST,
+        rd=R_OUT,
+        r1=regs.loc(local, block),
+        generic1=OFFSET_RD,
+        generic2=host_off,
+        generic3=size,
+    )
+
+
+def _vv(block: Block, regs: Regs, op: Opcode, d: int, a: int, b: int | None, n: int) -> None:
+    rd = regs.loc(d, block)
+    ra = regs.loc(a, block)
+    rb = regs.loc(b, block) if b is not None else 0
+    block.add(op, rd=rd, r1=ra, r2_or_imm=rb, generic3=n)
+
+
+def _activation(block: Block, regs: Regs, act: str | None, a: int, tmp: int | None, n: int) -> None:
+    if act == "relu":
+        _vv(block, regs, Opcode.VRELU, a, a, None, n)
+    elif act == "sigmoid":
+        _vv(block, regs, Opcode.VSIGM, a, a, None, n)
+    elif act == "silu":
+        _vv(block, regs, Opcode.VSIGM, tmp, a, None, n)
+        _vv(block, regs, Opcode.VVMUL, a, a, tmp, n)
+
+
+def _segments(
+    layer: Layer, cls: WindowClass, lo: int, hi: int
+) -> list[tuple[int, int, np.ndarray]]:
+    """(window element start, length, host element offset per lane) of the in-bounds input of a
+    padding class, clipped to window elements [lo, hi)."""
+    v = layer.inputs[0]
+    kw = layer.kernel_shape[1]
+    c = v.channels
+    out = []
+    for i in range(cls.ilo, cls.ihi):
+        row = (cls.iy0 + i) * v.width + cls.ix0
+        if v.contiguous:
+            parts = [(cls.jlo, cls.jhi)]
+        else:
+            parts = [(j, j + 1) for j in range(cls.jlo, cls.jhi)]
+        for j0, j1 in parts:
+            s, e = (i * kw + j0) * c, (i * kw + j1) * c
+            s2, e2 = max(s, lo), min(e, hi)
+            if e2 > s2:
+                out.append((s2, e2 - s2, v.channel_offset + (row + j0) * v.pixel_stride + (s2 - s)))
+    return out
+
+
+def _zero_runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """(start, length) runs of False in mask."""
+    m = np.concatenate([[True], mask, [True]])
+    d = np.diff(m.astype(np.int8))
+    starts = np.flatnonzero(d == -1)
+    ends = np.flatnonzero(d == 1)
+    return [(int(s), int(e - s)) for s, e in zip(starts, ends)]
+
+
+def lower_mvm(ctx: LowerCtx, node: ComputeNode, ag_base: int, alloc: LocalAllocator) -> np.ndarray:
+    arch, eb = ctx.arch, ctx.eb
+    layer = ctx.sg.layers[node.layer]
+    cols = node.c1 - node.c0
+    tiles = row_tiles(arch, node.r0, node.r1)
+    win = alloc.alloc((node.r1 - node.r0) * eb, "window")
+    ps_a = alloc.alloc(cols * eb, "psum")
+    ps_b = alloc.alloc(cols * eb, "psum2") if len(tiles) > 1 or layer.activation == "silu" else None
+    grouped = layer.row_groups > 1
+    pro: list[np.ndarray] = [_sldi(R_IN0, ctx.address[layer.inputs[0].buffer])]
+    regs = Regs(pro)
+    out = layer.output
+    if grouped:
+        pro.append(_sldi(R_OUT, ctx.address[layer.scratch]))
+    else:
+        pro.append(_sldi(R_OUT, ctx.address[out.buffer]))
+        bias = alloc.alloc(cols * eb, "bias")
+        pro.append(_sldi(R_CONST, ctx.address[layer.bias_buffer]))
+        pro.append(
+            make(
+                Opcode.LD,
+                rd=regs.loc(bias),
+                r1=R_CONST,
+                generic1=OFFSET_RS1,
+                generic2=node.c0 * eb,
+                generic3=cols * eb,
+            )
+        )
+    # fixed registers first: window tiles, psums, bias
+    for a, _ in tiles:
+        regs.loc(win + (a - node.r0) * eb)
+    blocks: list[np.ndarray] = []
+    mbiw = arch.weight_bits
+    for cls in window_classes(layer, node.p0, node.p1):
+        segs = _segments(layer, cls, node.r0, node.r1)
+        covered = np.zeros(node.r1 - node.r0, bool)
+        for s, n, _ in segs:
+            covered[s - node.r0 : s - node.r0 + n] = True
+        zero = [
+            make(
+                Opcode.LLDI,
+                rd=R_ZERO,
+                r2_or_imm=0,
+                generic1=OFFSET_RD,
+                generic2=win + s * eb,
+                generic3=n * eb,
+            )
+            for s, n in _zero_runs(covered)
+        ]
+        b = Block(len(cls.pixels))
+        for s, n, host in segs:
+            _ld(b, regs, win + (s - node.r0) * eb, R_IN0, host * eb, n * eb)
+        for t, (a, _) in enumerate(tiles):
+            dst = ps_a if t == 0 else ps_b
+            b.add(
+                Opcode.MVMUL,
+                rd=regs.loc(dst, b),
+                r1=regs.loc(win + (a - node.r0) * eb, b),
+                r2_or_imm=mbiw,
+                generic2=ag_base + t,
+            )
+            if t > 0:
+                _vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
+        p = cls.pixels
+        if grouped:
+            host = ((p * layer.row_groups + node.row_group) * layer.cols + node.c0) * eb
+        else:
+            _vv(b, regs, Opcode.VVADD, ps_a, ps_a, bias, cols)
+            _activation(b, regs, layer.activation, ps_a, ps_b, cols)
+            host = (out.channel_offset + p * out.pixel_stride + node.c0) * eb
+        _st(b, regs, ps_a, host, cols * eb)
+        built = b.build()
+        blocks += regs.flush() + zero + [built]
+    return concat(blocks)
+
+
+def lower_pool(ctx: LowerCtx, node: ComputeNode, alloc: LocalAllocator) -> np.ndarray:
+    eb = ctx.eb
+    layer = ctx.sg.layers[node.layer]
+    v, out = layer.inputs[0], layer.output
+    c = v.channels
+    kh, kw = layer.kernel_shape
+    is_max = layer.kind == LayerKind.MAXPOOL
+    op = Opcode.VVMAX if is_max else Opcode.VVADD
+    pro: list[np.ndarray] = [
+        _sldi(R_IN0, ctx.address[v.buffer]),
+        _sldi(R_OUT, ctx.address[out.buffer]),
+    ]
+    regs = Regs(pro)
+    classes = window_classes(layer, node.p0, node.p1)
+    recip = None
+    if not is_max:
+        counts = pool_counts(layer)
+        recip = alloc.alloc(len(counts) * c * eb, "recip")
+        pro.append(_sldi(R_CONST, ctx.address[f"{layer.name}.recip"]))
+        pro.append(
+            make(
+                Opcode.LD,
+                rd=regs.loc(recip),
+                r1=R_CONST,
+                generic1=OFFSET_RS1,
+                generic2=0,
+                generic3=len(counts) * c * eb,
+            )
+        )
+    acc = alloc.alloc(c * eb, "acc")
+    max_nw = max(cl.jhi - cl.jlo for cl in classes)
+    budget_rows = max(1, alloc.free_bytes() // max(1, max_nw * c * eb) - 1)
+    buf = alloc.alloc(min(kh, budget_rows) * max_nw * c * eb, "window")
+    blocks: list[np.ndarray] = []
+    for cls in classes:
+        nh, nw = cls.ihi - cls.ilo, cls.jhi - cls.jlo
+        rc = min(nh, budget_rows)
+        b = Block(len(cls.pixels))
+        row_bytes = nw * c * eb
+        first = True
+        for r0 in range(cls.ilo, cls.ihi, rc):
+            r1 = min(cls.ihi, r0 + rc)
+            for i in range(r0, r1):
+                row = (cls.iy0 + i) * v.width + cls.ix0
+                local = buf + (i - r0) * row_bytes
+                if v.contiguous:
+                    _ld(
+                        b,
+                        regs,
+                        local,
+                        R_IN0,
+                        (v.channel_offset + (row + cls.jlo) * v.pixel_stride) * eb,
+                        row_bytes,
+                    )
+                else:
+                    for j in range(cls.jlo, cls.jhi):
+                        _ld(
+                            b,
+                            regs,
+                            local + (j - cls.jlo) * c * eb,
+                            R_IN0,
+                            (v.channel_offset + (row + j) * v.pixel_stride) * eb,
+                            c * eb,
+                        )
+            for i in range(r0 + 1, r1):
+                _vv(b, regs, op, buf, buf, buf + (i - r0) * row_bytes, nw * c)
+            for j in range(1, nw):
+                _vv(b, regs, op, buf, buf, buf + j * c * eb, c)
+            if first:
+                b.add(Opcode.LMV, rd=regs.loc(acc, b), r1=regs.loc(buf, b), generic3=c * eb)
+                first = False
+            else:
+                _vv(b, regs, op, acc, acc, buf, c)
+        if recip is not None:
+            k = pool_counts(layer).index(kh * kw if layer.count_include_pad else cls.count)
+            _vv(b, regs, Opcode.VVMUL, acc, acc, recip + k * c * eb, c)
+        _activation(b, regs, layer.activation, acc, buf, c)
+        _st(b, regs, acc, (out.channel_offset + cls.pixels * out.pixel_stride) * eb, c * eb)
+        built = b.build()
+        blocks += regs.flush() + [built]
+    return concat(blocks)
+
+
+def lower_elementwise(ctx: LowerCtx, node: ComputeNode, alloc: LocalAllocator) -> np.ndarray:
+    """Add (+activation) or a standalone activation over pixels p0..p1, in chunks that fit."""
+    eb = ctx.eb
+    layer = ctx.sg.layers[node.layer]
+    ins, out = layer.inputs, layer.output
+    c = out.channels
+    pro: list[np.ndarray] = [_sldi(R_IN0 + k, ctx.address[v.buffer]) for k, v in enumerate(ins)]
+    pro.append(_sldi(R_OUT, ctx.address[out.buffer]))
+    regs = Regs(pro)
+    nbuf = len(ins) + (layer.activation == "silu")
+    flat = all(v.contiguous for v in (*ins, out))
+    if flat:
+        total = node.lanes * c
+        chunk = min(total, max(c, (alloc.free_bytes() // (nbuf * eb) - 64) // 32 * 32))
+        e0 = node.p0 * c
+        starts = np.arange(e0, e0 + total, chunk, dtype=np.int64)
+        lens = np.minimum(chunk, e0 + total - starts)
+        groups = [(starts[lens == n], int(n)) for n in np.unique(lens)]
+        host = [lambda s, v=v: (v.channel_offset + s) * eb for v in ins]
+        out_host = lambda s: (out.channel_offset + s) * eb  # noqa: E731
+    else:
+        chunk = c
+        groups = [(np.arange(node.p0, node.p1, dtype=np.int64), c)]
+        host = [lambda p, v=v: (v.channel_offset + p * v.pixel_stride) * eb for v in ins]
+        out_host = lambda p: (out.channel_offset + p * out.pixel_stride) * eb  # noqa: E731
+    bufs = [alloc.alloc(chunk * eb, f"in{k}") for k in range(nbuf)]
+    blocks: list[np.ndarray] = []
+    for lanes, n in groups:
+        b = Block(len(lanes))
+        for k in range(len(ins)):
+            _ld(b, regs, bufs[k], R_IN0 + k, host[k](lanes), n * eb)
+        if len(ins) == 2:
+            _vv(b, regs, Opcode.VVADD, bufs[0], bufs[0], bufs[1], n)
+        _activation(b, regs, layer.activation, bufs[0], bufs[-1], n)
+        _st(b, regs, bufs[0], out_host(lanes), n * eb)
+        built = b.build()
+        blocks += regs.flush() + [built]
+    return concat(blocks)
+
+
+def lower_reduce(ctx: LowerCtx, node: ComputeNode, alloc: LocalAllocator) -> np.ndarray:
+    """Add the row-group partial sums of pixels p0..p1, + bias, activation, st."""
+    eb = ctx.eb
+    layer = ctx.sg.layers[node.layer]
+    out, g, n = layer.output, layer.row_groups, layer.cols
+    pro: list[np.ndarray] = [
+        _sldi(R_IN0, ctx.address[layer.scratch]),
+        _sldi(R_OUT, ctx.address[out.buffer]),
+        _sldi(R_CONST, ctx.address[layer.bias_buffer]),
+    ]
+    regs = Regs(pro)
+    buf = alloc.alloc(g * n * eb, "partials")
+    tmp = alloc.alloc(n * eb, "tmp")
+    bias = alloc.alloc(n * eb, "bias")
+    pro.append(
+        make(
+            Opcode.LD,
+            rd=regs.loc(bias),
+            r1=R_CONST,
+            generic1=OFFSET_RS1,
+            generic2=0,
+            generic3=n * eb,
+        )
+    )
+    p = np.arange(node.p0, node.p1, dtype=np.int64)
+    b = Block(len(p))
+    _ld(b, regs, buf, R_IN0, p * g * n * eb, g * n * eb)
+    for k in range(1, g):
+        _vv(b, regs, Opcode.VVADD, buf, buf, buf + k * n * eb, n)
+    _vv(b, regs, Opcode.VVADD, buf, buf, bias, n)
+    _activation(b, regs, layer.activation, buf, tmp, n)
+    _st(b, regs, buf, (out.channel_offset + p * out.pixel_stride) * eb, n * eb)
+    built = b.build()
+    return concat(regs.flush() + [built])
+
+
+def lower_node(ctx: LowerCtx, node: ComputeNode, ag_base: int) -> tuple[np.ndarray, int]:
+    """Instructions of one node and its local-memory peak (bytes)."""
+    layer = ctx.sg.layers[node.layer]
+    alloc = LocalAllocator(
+        ctx.arch.core.local_memory.memory_size, node.core, f"node {node.id} ({layer.name})"
+    )
+    if node.kind == NodeKind.MVM:
+        code = lower_mvm(ctx, node, ag_base, alloc)
+    elif node.kind == NodeKind.REDUCE:
+        code = lower_reduce(ctx, node, alloc)
+    elif layer.kind in (LayerKind.MAXPOOL, LayerKind.AVGPOOL):
+        code = lower_pool(ctx, node, alloc)
+    else:
+        code = lower_elementwise(ctx, node, alloc)
+    return code, alloc.top

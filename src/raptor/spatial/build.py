@@ -1,0 +1,235 @@
+"""Graph IR -> Spatial layers and host buffers (no nodes yet).
+
+Every activation tensor gets an NHWC host buffer, except that a Concat along channels gives its
+inputs views into the concat buffer (producers store straight into their channel slice), and
+Flatten/Reshape to (1, K) are views. A Gemm that reads a flattened NHWC tensor gets its weight
+rows permuted from ONNX (c, h, w) order to (h, w, c). Assumes the graph is topologically ordered
+with batch 1 (the frontend's contract).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from raptor.errors import UnsupportedOpError
+from raptor.frontend.graph import Graph, Node
+from raptor.spatial.ir import Buffer, BufferRole, Layer, LayerKind, SpatialGraph, TensorView
+
+ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid"}
+
+
+def _act(node: Node) -> str | None:
+    a = node.attrs.get("activation")
+    if a is None or a in ("relu", "sigmoid", "silu"):
+        return a
+    raise UnsupportedOpError(f"node {node.name} ({node.op}): activation {a!r} is not supported")
+
+
+def _nchw(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    if len(shape) == 4:
+        return shape[1], shape[2], shape[3]
+    if len(shape) == 2:
+        return shape[1], 1, 1
+    raise UnsupportedOpError(f"tensor shape {shape} is not (1, C, H, W) or (1, K)")
+
+
+def build_spatial(graph: Graph, element_bytes: int = 2) -> SpatialGraph:
+    """Create layers, buffers and tensor views for `graph`."""
+    shapes = graph.shapes
+    buffers: dict[str, Buffer] = {}
+    views: dict[str, TensorView] = {}
+    layers: list[Layer] = []
+    consts: dict[str, np.ndarray] = {}
+
+    # Concat slots: tensor -> (concat output tensor, channel offset), resolved to the root concat.
+    slot: dict[str, tuple[str, int]] = {}
+    for n in graph.nodes:
+        if n.op == "Concat":
+            axis = n.attrs.get("axis", 1)
+            if len(shapes[n.outputs[0]]) != 4 or axis not in (1, -3):
+                raise UnsupportedOpError(
+                    f"node {n.name}: Concat only along channels of a 4-D tensor (axis={axis})"
+                )
+            off = 0
+            for t in n.inputs:
+                if t in slot or t in graph.inputs or t in graph.outputs:
+                    raise UnsupportedOpError(
+                        f"node {n.name}: Concat input {t!r} is a graph input/output or in two concats"
+                    )
+                slot[t] = (n.outputs[0], off)
+                off += shapes[t][1]
+
+    def root(t: str) -> tuple[str, int]:
+        off = 0
+        while t in slot:
+            t, o = slot[t]
+            off += o
+        return t, off
+
+    def new_buffer(name: str, elems: int, role: BufferRole) -> str:
+        buffers[name] = Buffer(name, elems * element_bytes, role)
+        return name
+
+    outputs_set = set(graph.outputs)
+
+    def out_view(t: str) -> TensorView:
+        """View for a tensor a layer writes (allocating its buffer or its concat slice)."""
+        c, h, w = _nchw(shapes[t])
+        r, off = root(t)
+        if r != t:
+            rc, rh, rw = _nchw(shapes[r])
+            if (rh, rw) != (h, w):
+                raise UnsupportedOpError(f"tensor {t!r}: concat of mismatched spatial sizes")
+            if r not in buffers:
+                new_buffer(
+                    r, rc * rh * rw, BufferRole.OUTPUT if r in outputs_set else BufferRole.ACT
+                )
+            v = TensorView(r, c, h, w, off, rc)
+        else:
+            new_buffer(t, c * h * w, BufferRole.OUTPUT if t in outputs_set else BufferRole.ACT)
+            v = TensorView(t, c, h, w, 0, c)
+        views[t] = v
+        return v
+
+    for t in graph.inputs:
+        c, h, w = _nchw(shapes[t])
+        new_buffer(t, c * h * w, BufferRole.INPUT)
+        views[t] = TensorView(t, c, h, w, 0, c)
+
+    def add(kind: LayerKind, n: Node, ins: tuple[TensorView, ...], **kw) -> None:
+        layers.append(Layer(len(layers), n.name, kind, ins, out_view(n.outputs[0]), **kw))
+
+    for n in graph.nodes:
+        op = n.op
+        ins = tuple(views[t] for t in n.inputs if t in views)
+        if op in ("Concat",):
+            r, _ = root(n.outputs[0])
+            if r == n.outputs[0]:
+                c, h, w = _nchw(shapes[r])
+                if r not in buffers:
+                    new_buffer(
+                        r, c * h * w, BufferRole.OUTPUT if r in outputs_set else BufferRole.ACT
+                    )
+                views[r] = TensorView(r, c, h, w, 0, c)
+            else:
+                out_view(n.outputs[0])
+            continue
+        if op in ("Flatten", "Reshape", "Identity", "Dropout"):
+            src = views[n.inputs[0]]
+            oshape = shapes[n.outputs[0]]
+            if op in ("Identity", "Dropout") or tuple(oshape) == tuple(shapes[n.inputs[0]]):
+                views[n.outputs[0]] = src
+            elif len(oshape) == 2 and oshape[0] == 1 and oshape[1] == src.channels * src.pixels:
+                chw = None if src.pixels == 1 else (src.channels, src.height, src.width)
+                if chw is not None and not src.contiguous:
+                    raise UnsupportedOpError(f"node {n.name}: flatten of a strided view")
+                views[n.outputs[0]] = TensorView(
+                    src.buffer,
+                    src.channels * src.pixels,
+                    1,
+                    1,
+                    src.channel_offset,
+                    src.channels * src.pixels,
+                    chw,
+                )
+            else:
+                raise UnsupportedOpError(f"node {n.name}: {op} to {oshape} is not a flatten")
+            if n.outputs[0] in outputs_set:
+                raise UnsupportedOpError(f"node {n.name}: graph output {n.outputs[0]!r} is a view")
+            continue
+        if op == "Conv":
+            if n.attrs.get("group", 1) != 1:
+                raise UnsupportedOpError(
+                    f"node {n.name}: grouped/depthwise Conv (group={n.attrs['group']}) is not supported yet"
+                )
+            if tuple(n.attrs.get("dilations", (1, 1))) != (1, 1):
+                raise UnsupportedOpError(f"node {n.name}: dilated Conv is not supported")
+            w = n.params["W"]
+            cout, cin, kh, kw = w.shape
+            wm = np.ascontiguousarray(
+                w.transpose(2, 3, 1, 0).reshape(kh * kw * cin, cout), dtype=np.float32
+            )
+            b = n.params.get("B")
+            bias = np.zeros(cout, np.float32) if b is None else b.astype(np.float32)
+            bname = new_buffer(f"{n.name}.bias", cout, BufferRole.CONST)
+            consts[bname] = bias
+            add(
+                LayerKind.GEMM,
+                n,
+                ins[:1],
+                kernel_shape=(kh, kw),
+                strides=tuple(n.attrs.get("strides", (1, 1))),
+                pads=tuple(n.attrs.get("pads", (0, 0, 0, 0))),
+                activation=_act(n),
+                weight=wm,
+                bias=bias,
+                bias_buffer=bname,
+            )
+        elif op == "Gemm":
+            src = ins[0]
+            w = n.params["W"].astype(np.float32)
+            if src.chw is not None:
+                c, h, ww = src.chw
+                w = w.reshape(c, h, ww, -1).transpose(1, 2, 0, 3).reshape(c * h * ww, -1)
+            src = TensorView(src.buffer, src.channels, 1, 1, src.channel_offset, src.pixel_stride)
+            b = n.params.get("B")
+            bias = np.zeros(w.shape[1], np.float32) if b is None else b.astype(np.float32)
+            bname = new_buffer(f"{n.name}.bias", w.shape[1], BufferRole.CONST)
+            consts[bname] = bias
+            add(
+                LayerKind.GEMM,
+                n,
+                (src,),
+                activation=_act(n),
+                weight=np.ascontiguousarray(w),
+                bias=bias,
+                bias_buffer=bname,
+            )
+        elif op in ("MaxPool", "AveragePool"):
+            if tuple(n.attrs.get("dilations", (1, 1))) != (1, 1):
+                raise UnsupportedOpError(f"node {n.name}: dilated pooling is not supported")
+            kind = LayerKind.MAXPOOL if op == "MaxPool" else LayerKind.AVGPOOL
+            add(
+                kind,
+                n,
+                ins[:1],
+                kernel_shape=tuple(n.attrs["kernel_shape"]),
+                strides=tuple(n.attrs.get("strides", (1, 1))),
+                pads=tuple(n.attrs.get("pads", (0, 0, 0, 0))),
+                count_include_pad=bool(n.attrs.get("count_include_pad", 0)),
+                activation=_act(n),
+            )
+        elif op == "GlobalAveragePool":
+            src = ins[0]
+            add(
+                LayerKind.AVGPOOL,
+                n,
+                ins[:1],
+                kernel_shape=(src.height, src.width),
+                strides=(1, 1),
+                activation=_act(n),
+            )
+        elif op == "Add":
+            if len(ins) != 2 or any(n.inputs[i] in graph.constants for i in range(2)):
+                raise UnsupportedOpError(f"node {n.name}: Add of a constant is not supported")
+            a, b = ins
+            if (a.channels, a.pixels) != (b.channels, b.pixels):
+                raise UnsupportedOpError(
+                    f"node {n.name}: broadcasting Add {shapes[n.inputs[0]]} + {shapes[n.inputs[1]]}"
+                )
+            add(LayerKind.ADD, n, ins, activation=_act(n))
+        elif op in ACTIVATIONS:
+            add(LayerKind.ACT, n, ins[:1], activation=ACTIVATIONS[op])
+        else:
+            raise UnsupportedOpError(
+                f"node {n.name}: op {op} is not supported by the Raptor compiler"
+            )
+
+    inputs = [(t, views[t].buffer, tuple(shapes[t])) for t in graph.inputs]
+    outputs = []
+    for t in graph.outputs:
+        v = views[t]
+        if v.channel_offset != 0 or not v.contiguous:
+            raise UnsupportedOpError(f"graph output {t!r} is a slice of another buffer")
+        outputs.append((t, v.buffer, tuple(shapes[t])))
+    return SpatialGraph(graph.name, layers, buffers, inputs, outputs, const_values=consts)

@@ -1,0 +1,93 @@
+"""Per-lane cost model of compute nodes, from pimsim-nn's unit formulas (raptor.arch.timing).
+
+With rob_size 1 a core executes one instruction at a time, so a lane costs the sum of its
+instructions: global-memory ld/st (ceil(bytes / data_width) beats of the shared global memory),
+one MVM per row tile (compute + the local read pimsim-nn charges), and vector ops.
+"""
+
+from __future__ import annotations
+
+import math
+
+from raptor.arch import Arch
+from raptor.arch.timing import memory_latency_ns, mvm_cost, mvm_local_read_bytes, vector_compute_ns
+from raptor.spatial.ir import ComputeNode, Layer, LayerKind, NodeKind
+
+INSTRUCTION_OVERHEAD_NS = 6.0
+
+
+def _ld_ns(arch: Arch, nbytes: int) -> float:
+    return (
+        memory_latency_ns(arch.global_memory, nbytes, False)
+        + memory_latency_ns(arch.core.local_memory, nbytes, True)
+        + arch.noc.global_memory_latency_ns
+        + INSTRUCTION_OVERHEAD_NS
+    )
+
+
+def _st_ns(arch: Arch, nbytes: int) -> float:
+    return (
+        memory_latency_ns(arch.core.local_memory, nbytes, False)
+        + memory_latency_ns(arch.global_memory, nbytes, True)
+        + arch.noc.global_memory_latency_ns
+        + INSTRUCTION_OVERHEAD_NS
+    )
+
+
+def _vec_ns(arch: Arch, length: int, operands: int = 2) -> float:
+    lm = arch.core.local_memory
+    eb = arch.element_bytes
+    return (
+        vector_compute_ns(arch, length)
+        + operands * memory_latency_ns(lm, length * eb, False)
+        + memory_latency_ns(lm, length * eb, True)
+        + INSTRUCTION_OVERHEAD_NS
+    )
+
+
+def mvm_ns(arch: Arch) -> float:
+    """One MVM on an array group: compute plus pimsim-nn's local-memory read of its input."""
+    bits = arch.activation_bits
+    lm = arch.core.local_memory
+    return (
+        mvm_cost(arch, bits).latency_ns
+        + memory_latency_ns(lm, mvm_local_read_bytes(arch, 0, bits), False)
+        + INSTRUCTION_OVERHEAD_NS
+    )
+
+
+def lane_ns(arch: Arch, layer: Layer, node: ComputeNode, row_groups: int = 1) -> float:
+    """Estimated time of one lane (output pixel) of `node`."""
+    eb = arch.element_bytes
+    cols = node.c1 - node.c0
+    act = {None: 0, "relu": 1, "sigmoid": 1, "silu": 2}[layer.activation]
+    if node.kind == NodeKind.MVM:
+        kh, kw = layer.kernel_shape
+        rows = node.r1 - node.r0
+        seg = max(1, rows // kh)
+        t = kh * _ld_ns(arch, seg * eb)
+        tiles = math.ceil(rows / arch.matrix.rows)
+        t += tiles * mvm_ns(arch) + (tiles - 1) * _vec_ns(arch, cols)
+        if layer.row_groups == 1:
+            t += (1 + act) * _vec_ns(arch, cols)
+        return t + _st_ns(arch, cols * eb)
+    c = layer.output.channels
+    if node.kind == NodeKind.REDUCE:
+        g = layer.row_groups
+        return _ld_ns(arch, g * c * eb) + (g + act) * _vec_ns(arch, c) + _st_ns(arch, c * eb)
+    if layer.kind in (LayerKind.MAXPOOL, LayerKind.AVGPOOL):
+        kh, kw = layer.kernel_shape
+        t = (
+            kh * _ld_ns(arch, kw * c * eb)
+            + (kh - 1) * _vec_ns(arch, kw * c)
+            + (kw - 1) * _vec_ns(arch, c)
+        )
+        if layer.kind == LayerKind.AVGPOOL:
+            t += _vec_ns(arch, c)
+        return t + act * _vec_ns(arch, c) + _st_ns(arch, c * eb)
+    n_in = len(layer.inputs)
+    return n_in * _ld_ns(arch, c * eb) + (n_in - 1 + act) * _vec_ns(arch, c) + _st_ns(arch, c * eb)
+
+
+def node_ns(arch: Arch, layer: Layer, node: ComputeNode) -> float:
+    return lane_ns(arch, layer, node) * node.lanes

@@ -1,0 +1,62 @@
+"""Window geometry shared by tiling, the cost model and lowering: which kernel rows/columns of
+each output pixel fall inside the input (padding classes), computed with numpy over all pixels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from raptor.spatial.ir import Layer
+
+
+@dataclass(frozen=True)
+class WindowClass:
+    """Output pixels whose in-bounds kernel rows are [ilo, ihi) and columns [jlo, jhi)."""
+
+    ilo: int
+    ihi: int
+    jlo: int
+    jhi: int
+    pixels: np.ndarray  # output pixel indices
+    iy0: np.ndarray  # input row of kernel row 0 per pixel
+    ix0: np.ndarray  # input column of kernel column 0 per pixel
+
+    @property
+    def count(self) -> int:
+        return (self.ihi - self.ilo) * (self.jhi - self.jlo)
+
+
+def window_classes(layer: Layer, p0: int, p1: int) -> list[WindowClass]:
+    """Group output pixels p0..p1 of a windowed layer by padding class."""
+    src = layer.inputs[0]
+    kh, kw = layer.kernel_shape
+    sh, sw = layer.strides
+    pt, pl = layer.pads[0], layer.pads[1]
+    ow = layer.output.width
+    p = np.arange(p0, p1, dtype=np.int64)
+    oy, ox = np.divmod(p, ow)
+    iy0 = oy * sh - pt
+    ix0 = ox * sw - pl
+    ilo = np.clip(-iy0, 0, kh)
+    ihi = np.clip(src.height - iy0, 0, kh)
+    jlo = np.clip(-ix0, 0, kw)
+    jhi = np.clip(src.width - ix0, 0, kw)
+    key = ((ilo * (kh + 1) + ihi) * (kw + 1) + jlo) * (kw + 1) + jhi
+    out = []
+    for k in np.unique(key):
+        m = key == k
+        i = int(np.argmax(m))
+        out.append(
+            WindowClass(int(ilo[i]), int(ihi[i]), int(jlo[i]), int(jhi[i]), p[m], iy0[m], ix0[m])
+        )
+    return out
+
+
+def pool_counts(layer: Layer) -> list[int]:
+    """Distinct divisors of an average pool (sorted): the in-bounds count per padding class, or
+    kh*kw with count_include_pad."""
+    kh, kw = layer.kernel_shape
+    if layer.count_include_pad:
+        return [kh * kw]
+    return sorted({c.count for c in window_classes(layer, 0, layer.out_pixels)})

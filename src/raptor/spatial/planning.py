@@ -1,0 +1,180 @@
+"""Spatial planning: replication per layer, merging nodes into cores, placement on the mesh.
+
+Replication water-fills the bottleneck: the GEMM layer whose node time (pixels / replicas x lane
+cost) is largest gets one more replica, while the chip's crossbars allow and while that time is
+above the ideal per-core load (total work / cores), beyond which replicas cannot help. Vector
+layers and row-group reductions are split into pixel ranges of about the same time. Nodes are
+packed into cores by LPT (merging.py), then cores are renumbered so that consecutive layers sit on
+neighbouring cores along a snake order of the mesh (cuts hop-bytes). Assumes tiling has run.
+Disabled, `plain_assignment` gives every layer one replica and first-fit cores in program order.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+import numpy as np
+
+from raptor.arch import Arch
+from raptor.errors import PassFailedError
+from raptor.spatial.cost import lane_ns, node_ns
+from raptor.spatial.ir import ComputeNode, LayerKind, NodeKind, SpatialGraph
+from raptor.spatial.merging import pack_balanced, pack_plain
+from raptor.spatial.tiling import gemm_slices, make_nodes
+
+
+def _effective_crossbars(arch: Arch, xb: int) -> float:
+    """Crossbars a node really takes from the budget: a node that leaves a core's remainder too
+    small for a second copy wastes that remainder."""
+    cap = arch.crossbars_per_core
+    return cap / (cap // xb) if xb else 0.0
+
+
+def choose_replication(
+    arch: Arch, sg: SpatialGraph, budget_scale: float = 1.0
+) -> tuple[dict[int, int], dict[int, int]]:
+    """(replicas per GEMM layer, splits per vector layer / reduce step) by water-filling."""
+    gemm = {}
+    total_work = 0.0
+    for ly in sg.layers:
+        if ly.kind != LayerKind.GEMM:
+            continue
+        _, slices = gemm_slices(arch, ly.rows, ly.cols)
+        s = slices[0]
+        probe = ComputeNode(0, ly.index, NodeKind.MVM, 0, 1, s.c0, s.c1, s.r0, s.r1, s.row_group)
+        t = lane_ns(arch, ly, probe)
+        xb = sum(_effective_crossbars(arch, sl.crossbars) for sl in slices)
+        gemm[ly.index] = (t, ly.out_pixels, xb)
+        total_work += t * ly.out_pixels * len(slices)
+    vec_work = {}
+    for n in sg.nodes:
+        if n.kind != NodeKind.MVM:
+            vec_work[n.layer] = vec_work.get(n.layer, 0.0) + node_ns(arch, sg.layers[n.layer], n)
+    total_work += sum(vec_work.values())
+    floor_ns = total_work / arch.core_count
+    budget = arch.total_crossbars * budget_scale - sum(x for _, _, x in gemm.values())
+    reps = {i: 1 for i in gemm}
+    heap = [(-t * p, i) for i, (t, p, _) in gemm.items()]
+    heapq.heapify(heap)
+    while heap:
+        neg, i = heapq.heappop(heap)
+        t, p, xb = gemm[i]
+        if -neg <= floor_ns:
+            break
+        if xb > budget or reps[i] >= p:
+            continue
+        reps[i] += 1
+        budget -= xb
+        heapq.heappush(heap, (-t * math.ceil(p / reps[i]), i))
+    target = max([floor_ns] + [t * math.ceil(p / reps[i]) for i, (t, p, _) in gemm.items()])
+    splits = {
+        i: max(1, min(sg.layers[i].out_pixels, math.ceil(w / target))) for i, w in vec_work.items()
+    }
+    return reps, splits
+
+
+def hop_matrix(arch: Arch) -> np.ndarray:
+    n = arch.core_count
+    pos = np.array([arch.core_position(c) for c in range(n)])
+    hops = np.abs(pos[:, None, 1] - pos[None, :, 1]) + np.abs(pos[:, None, 2] - pos[None, :, 2])
+    if arch.chips > 1:
+        chip = np.array([arch.chip_position(int(c)) for c in pos[:, 0]])
+        hops = (
+            hops
+            + np.abs(chip[:, None, 0] - chip[None, :, 0])
+            + np.abs(chip[:, None, 1] - chip[None, :, 1])
+        )
+    return hops
+
+
+def snake_order(arch: Arch) -> list[int]:
+    rows, cols = arch.core_layout
+    order = []
+    for chip in range(arch.chips):
+        for y in range(rows):
+            xs = range(cols) if y % 2 == 0 else range(cols - 1, -1, -1)
+            order += [
+                chip * arch.cores_per_chip + y * cols + x
+                for x in xs
+                if y * cols + x < arch.cores_per_chip
+            ]
+    return order
+
+
+def place_snake(arch: Arch, nodes: list[ComputeNode]) -> list[ComputeNode]:
+    """Renumber cores so cores holding earlier layers come first along the snake order."""
+    first: dict[int, float] = {}
+    for n in nodes:
+        first[n.core] = min(first.get(n.core, math.inf), n.layer + n.p0 / 1e9)
+    used = sorted(first, key=lambda c: first[c])
+    snake = snake_order(arch)
+    remap = {c: snake[k] for k, c in enumerate(used)}
+    return [replace(n, core=remap[n.core]) for n in nodes]
+
+
+@dataclass(frozen=True)
+class SpatialPlanningPass:
+    """Replicate, merge and place compute nodes (see module docstring)."""
+
+    name: ClassVar[str] = "spatial-planning"
+
+    def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
+        last_err: PassFailedError | None = None
+        for scale in (1.0, 0.9, 0.8, 0.65, 0.5, 0.0):
+            reps, splits = choose_replication(arch, sg, scale)
+            nodes = make_nodes(sg, arch, reps, splits)
+            times = np.array([node_ns(arch, sg.layers[n.layer], n) for n in nodes])
+            try:
+                placed, _ = pack_balanced(arch, nodes, times)
+            except PassFailedError as e:
+                last_err = e
+                continue
+            out = replace(sg, nodes=place_snake(arch, placed), core_count=arch.core_count)
+            out.replication = {sg.layers[i].name: r for i, r in reps.items()}
+            return out
+        raise last_err  # type: ignore[misc]
+
+
+def plain_assignment(arch: Arch, sg: SpatialGraph) -> SpatialGraph:
+    """What runs when planning is disabled: one replica per layer, first-fit cores in order."""
+    nodes = pack_plain(arch, make_nodes(sg, arch, {}, {}))
+    out = replace(sg, nodes=nodes, core_count=arch.core_count)
+    out.replication = {ly.name: 1 for ly in sg.layers if ly.kind == LayerKind.GEMM}
+    return out
+
+
+def estimates(arch: Arch, sg: SpatialGraph) -> dict:
+    """Per-layer time (slowest node), per-core load and a NoC hop-bytes estimate (bytes a consumer
+    core reads times its mean hop distance to the buffer's producer cores)."""
+    eb = arch.element_bytes
+    layer_ns: dict[str, float] = {}
+    core_ns = np.zeros(arch.core_count)
+    writers: dict[str, list[int]] = {}
+    for n in sg.nodes:
+        ly = sg.layers[n.layer]
+        t = node_ns(arch, ly, n)
+        layer_ns[ly.name] = max(layer_ns.get(ly.name, 0.0), t)
+        core_ns[n.core] += t
+        buf = ly.scratch if (n.kind == NodeKind.MVM and ly.row_groups > 1) else ly.output.buffer
+        writers.setdefault(buf, []).append(n.core)
+    hops = hop_matrix(arch)
+    hop_bytes = 0.0
+    for n in sg.nodes:
+        ly = sg.layers[n.layer]
+        if n.kind == NodeKind.REDUCE:
+            reads = [(ly.scratch, n.lanes * ly.row_groups * ly.cols * eb)]
+        elif n.kind == NodeKind.MVM:
+            reads = [(ly.inputs[0].buffer, n.lanes * (n.r1 - n.r0) * eb)]
+        else:
+            reads = [
+                (v.buffer, n.lanes * ly.cols * eb * max(1, ly.kernel_shape[0] * ly.kernel_shape[1]))
+                for v in ly.inputs
+            ]
+        for buf, nbytes in reads:
+            prod = writers.get(buf)
+            if prod:
+                hop_bytes += nbytes * float(hops[n.core, prod].mean())
+    return {"layer_ns": layer_ns, "core_ns": core_ns, "hop_bytes": hop_bytes}

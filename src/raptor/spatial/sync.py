@@ -1,0 +1,108 @@
+"""Synchronization: sync/wait tokens that order producers and consumers of host buffers.
+
+Data tokens: for each host buffer B and each core C that reads B, every other core P that writes B
+executes `sync ev, C` after its last node writing B, and C executes `wait ev, |P|` before its first
+node reading B (one event register of C per buffer). Credit tokens (throughput mode, pipeline > 1):
+each reader C of B sends `sync ev', P` at the start of its program (round r+1 starts only after C
+finished reading B in round r), and each writer P of B executes `wait ev', |readers|` before its
+first node writing B, so round r+1 never overwrites B under a reader of round r and round 0 runs.
+Network inputs/outputs need no tokens (the simulator streams them per round); a buffer written and
+read on one core needs none (in-order issue). Assumes every core's nodes run in topological order
+and all credits precede all waits in a program, which makes the token graph deadlock-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from raptor.arch import Arch
+from raptor.errors import PassFailedError
+from raptor.isa.opcodes import NUM_EVENT_REGISTERS
+from raptor.spatial.ir import BufferRole, ComputeNode, NodeKind, SpatialGraph, SyncToken
+
+
+def node_writes(sg: SpatialGraph, n: ComputeNode) -> str:
+    ly = sg.layers[n.layer]
+    if n.kind == NodeKind.MVM and ly.row_groups > 1:
+        return ly.scratch  # type: ignore[return-value]
+    return ly.output.buffer
+
+
+def node_reads(sg: SpatialGraph, n: ComputeNode) -> list[str]:
+    ly = sg.layers[n.layer]
+    if n.kind == NodeKind.REDUCE:
+        return [ly.scratch]  # type: ignore[list-item]
+    return list(dict.fromkeys(v.buffer for v in ly.inputs))
+
+
+@dataclass(frozen=True)
+class SynchronizationPass:
+    """Insert data and credit tokens (see module docstring); `pipeline` > 1 adds credits."""
+
+    pipeline: int = 1
+    name: ClassVar[str] = "synchronization"
+
+    def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
+        by_core = sg.nodes_by_core()
+        first_read: dict[tuple[int, str], int] = {}
+        first_write: dict[tuple[int, str], int] = {}
+        last_write: dict[tuple[int, str], int] = {}
+        readers: dict[str, list[int]] = {}
+        writers: dict[str, list[int]] = {}
+        for core, nodes in by_core.items():
+            for n in nodes:
+                for b in node_reads(sg, n):
+                    if (core, b) not in first_read:
+                        first_read[core, b] = n.id
+                        readers.setdefault(b, []).append(core)
+                b = node_writes(sg, n)
+                if (core, b) not in first_write:
+                    first_write[core, b] = n.id
+                    writers.setdefault(b, []).append(core)
+                last_write[core, b] = n.id
+        events = {c: 0 for c in by_core}
+
+        def new_event(core: int, buf: str) -> int:
+            e = events[core]
+            if e >= NUM_EVENT_REGISTERS:
+                raise PassFailedError(
+                    f"synchronization: core {core} needs more than {NUM_EVENT_REGISTERS} event registers (at buffer {buf})"
+                )
+            events[core] = e + 1
+            return e
+
+        before: dict[int, list[SyncToken]] = {}
+        after: dict[int, list[SyncToken]] = {}
+        start: dict[int, list[SyncToken]] = {}
+        for buf in sorted(set(readers) | set(writers), key=lambda b: (b not in writers, b)):
+            if sg.buffers[buf].role in (BufferRole.INPUT, BufferRole.CONST):
+                continue
+            ws, rs = writers.get(buf, []), readers.get(buf, [])
+            for c in rs:
+                others = [p for p in ws if p != c]
+                if not others:
+                    continue
+                ev = new_event(c, buf)
+                before.setdefault(first_read[c, buf], []).append(
+                    SyncToken(c, "wait", ev, len(others), buf)
+                )
+                for p in others:
+                    after.setdefault(last_write[p, buf], []).append(
+                        SyncToken(p, "sync", ev, c, buf)
+                    )
+            if self.pipeline > 1 and sg.buffers[buf].role != BufferRole.OUTPUT:
+                for p in ws:
+                    others = [c for c in rs if c != p]
+                    if not others:
+                        continue
+                    ev = new_event(p, buf)
+                    # the credit wait goes before the data waits of the same node
+                    before.setdefault(first_write[p, buf], []).insert(
+                        0, SyncToken(p, "wait", ev, len(others), buf)
+                    )
+                    for c in others:
+                        start.setdefault(c, []).append(SyncToken(c, "sync", ev, p, buf))
+        out = replace(sg, tokens_before=before, tokens_after=after, tokens_start=start)
+        out.notes = {**sg.notes, "event_registers": max(events.values(), default=0)}
+        return out

@@ -1,0 +1,147 @@
+"""Conv -> GEMM tiling: split each weight layer into array groups and compute nodes.
+
+Rows K = kh*kw*cin (the NHWC window order) are cut into row tiles of at most one crossbar's rows;
+each (row tile, column slice) is one array group of `arch.crossbars_for(rows, cols)` physical
+crossbars. A node's column slice is the widest that fits one core with all its row tiles. If even
+one column group of all row tiles exceeds a core, rows are split into row groups whose partial
+sums go to a host scratch buffer, added by a REDUCE node (+bias, activation). Vector layers get one
+node over all pixels; planning re-splits pixel ranges later.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+import numpy as np
+
+from raptor.arch import Arch
+from raptor.errors import PassFailedError
+from raptor.spatial.geometry import pool_counts
+from raptor.spatial.ir import Buffer, BufferRole, ComputeNode, LayerKind, NodeKind, SpatialGraph
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """One column slice of one row group of a GEMM layer (one node per replica)."""
+
+    c0: int
+    c1: int
+    r0: int
+    r1: int
+    row_group: int
+    crossbars: int
+
+
+def row_tiles(arch: Arch, r0: int, r1: int) -> list[tuple[int, int]]:
+    rows = arch.matrix.rows
+    return [(a, min(a + rows, r1)) for a in range(r0, r1, rows)]
+
+
+def gemm_slices(arch: Arch, rows: int, cols: int) -> tuple[int, list[Slice]]:
+    """(row groups, slices) of a rows x cols weight matrix."""
+    xr, wpc, cpc = arch.matrix.rows, arch.weights_per_crossbar_row, arch.crossbars_per_core
+    tiles = math.ceil(rows / xr)
+    groups = math.ceil(tiles / cpc)
+    tiles_per_group = math.ceil(tiles / groups)
+    width = min(cols, wpc * max(1, cpc // tiles_per_group))
+    n_slices = math.ceil(cols / width)
+    width = min(cols, math.ceil(math.ceil(cols / n_slices) / wpc) * wpc)  # balance slice widths
+    out = []
+    for g in range(groups):
+        r0, r1 = g * tiles_per_group * xr, min(rows, (g + 1) * tiles_per_group * xr)
+        for c0 in range(0, cols, width):
+            c1 = min(cols, c0 + width)
+            xb = sum(arch.crossbars_for(b - a, c1 - c0) for a, b in row_tiles(arch, r0, r1))
+            out.append(Slice(c0, c1, r0, r1, g, xb))
+    return groups, out
+
+
+def split_range(n: int, parts: int) -> list[tuple[int, int]]:
+    """Split 0..n into `parts` near-equal non-empty ranges."""
+    parts = max(1, min(parts, n))
+    edges = np.linspace(0, n, parts + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+def make_nodes(
+    sg: SpatialGraph, arch: Arch, replicas: dict[int, int], splits: dict[int, int]
+) -> list[ComputeNode]:
+    """Nodes of every layer: GEMM layers get `replicas[i]` copies of their slices over even pixel
+    ranges; vector layers and REDUCE steps are split into `splits[i]` pixel ranges."""
+    nodes: list[ComputeNode] = []
+    for layer in sg.layers:
+        i = layer.index
+        if layer.kind == LayerKind.GEMM:
+            _, slices = gemm_slices(arch, layer.rows, layer.cols)
+            for rep, (p0, p1) in enumerate(split_range(layer.out_pixels, replicas.get(i, 1))):
+                for s in slices:
+                    nodes.append(
+                        ComputeNode(
+                            len(nodes),
+                            i,
+                            NodeKind.MVM,
+                            p0,
+                            p1,
+                            s.c0,
+                            s.c1,
+                            s.r0,
+                            s.r1,
+                            s.row_group,
+                            rep,
+                            s.crossbars,
+                        )
+                    )
+            if layer.row_groups > 1:
+                for p0, p1 in split_range(layer.out_pixels, splits.get(i, 1)):
+                    nodes.append(ComputeNode(len(nodes), i, NodeKind.REDUCE, p0, p1, 0, layer.cols))
+        else:
+            for p0, p1 in split_range(layer.out_pixels, splits.get(i, 1)):
+                nodes.append(ComputeNode(len(nodes), i, NodeKind.VECTOR, p0, p1, 0, layer.cols))
+    return nodes
+
+
+def crossbars_needed(sg: SpatialGraph, arch: Arch) -> int:
+    return sum(
+        sum(s.crossbars for s in gemm_slices(arch, ly.rows, ly.cols)[1])
+        for ly in sg.layers
+        if ly.kind == LayerKind.GEMM
+    )
+
+
+@dataclass(frozen=True)
+class TilingPass:
+    """Tile every GEMM layer onto crossbars (one replica); adds row-group scratch buffers and the
+    reciprocal-count constants of average pools. Fails if the model needs more crossbars than the chip."""
+
+    name: ClassVar[str] = "conv-to-gemm-tiling"
+
+    def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
+        eb = arch.element_bytes
+        layers, buffers, consts = list(sg.layers), dict(sg.buffers), dict(sg.const_values)
+        for i, layer in enumerate(layers):
+            if layer.kind == LayerKind.GEMM:
+                groups, _ = gemm_slices(arch, layer.rows, layer.cols)
+                if groups > 1:
+                    name = f"{layer.name}.partials"
+                    buffers[name] = Buffer(
+                        name, layer.out_pixels * groups * layer.cols * eb, BufferRole.SCRATCH
+                    )
+                    layers[i] = replace(layer, row_groups=groups, scratch=name)
+            elif layer.kind == LayerKind.AVGPOOL:
+                name = f"{layer.name}.recip"
+                counts = pool_counts(layer)
+                c = layer.output.channels
+                consts[name] = np.repeat(1.0 / np.asarray(counts, np.float32), c).astype(np.float32)
+                buffers[name] = Buffer(name, len(counts) * c * eb, BufferRole.CONST)
+        out = replace(sg, layers=layers, buffers=buffers, const_values=consts)
+        need = crossbars_needed(out, arch)
+        if need > arch.total_crossbars:
+            raise PassFailedError(
+                f"model {sg.name} needs {need} crossbars at one replica per layer, "
+                f"{arch.name} has {arch.total_crossbars} ({arch.core_count} cores x {arch.crossbars_per_core})"
+            )
+        out.nodes = make_nodes(out, arch, {}, {})
+        out.core_count = 0
+        return out
