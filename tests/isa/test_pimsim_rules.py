@@ -42,6 +42,12 @@ def test_mvmul_before_setbw():
     one(check_pimsim_compatible(prog([SETBW, MVM], [MVM])), "core 1: mvmul at instruction 0")
 
 
+def test_vector_op_before_setbw():
+    v = make(O.VRELU, rd=1, r1=2, generic3=8)
+    one(check_pimsim_compatible(prog([v, SETBW, v])), "vrelu at instruction 0 precedes any setbw")
+    assert check_pimsim_compatible(prog([SETBW, v])) == []
+
+
 def test_setbw_widths_and_mbiw():
     one(
         check_pimsim_compatible(prog([make(O.SETBW, generic1=0, generic2=8), MVM])),
@@ -78,7 +84,7 @@ def test_registers_and_event_registers():
     one(check_pimsim_compatible(prog([SETBW, make(O.MVMUL, rd=32, r2_or_imm=16)])), "rd=32")
     one(check_pimsim_compatible(prog([make(O.LD, r1=40, generic3=8)])), "rs1=40")
     one(
-        check_pimsim_compatible(prog([make(O.VVADD, rd=1, r1=2, r2_or_imm=33, generic3=4)])),
+        check_pimsim_compatible(prog([SETBW, make(O.VVADD, rd=1, r1=2, r2_or_imm=33, generic3=4)])),
         "rs2=33",
     )
     one(
@@ -98,7 +104,7 @@ def test_peer_core_ids():
 
 def test_vsoftmax_unsupported():
     one(
-        check_pimsim_compatible(prog([make(O.VSOFTMAX, rd=1, r1=2, generic3=10)])),
+        check_pimsim_compatible(prog([SETBW, make(O.VSOFTMAX, rd=1, r1=2, generic3=10)])),
         "unsupported by pimsim-nn",
     )
 

@@ -7,6 +7,8 @@ names the pimsim-nn behaviour it prevents:
 * every core 0..core_cnt-1 has a stream and an `array_group_map` entry ("Instruction directory
   is missing core_<i>...");
 * `setbw` with positive widths before the first `mvmul` (else the MVM runs at width 0);
+* `setbw` before the first vector op too: pimsim-nn sizes a vector op's local-memory traffic
+  by the setbw widths, so without one it moves 0 bytes (measured: 61 ns instead of 421 ns);
 * `mvmul` `mbiw` > 0 (0 divides by zero: SIGFPE) and its group inside the core's map;
 * no `nop` (one before the end segfaults; one at the end never finishes);
 * latency mode: the last instruction of every non-empty core retires through the ROB, i.e. it is
@@ -136,6 +138,14 @@ def check_pimsim_compatible(
                 problems.append(
                     f"{where}: mvmul at instruction {k} uses array group {int(grp[k])}, "
                     f"the core has {len(ags)}"
+                )
+        vec_any = np.isin(op, _VECTOR)
+        if vec_any.any():
+            first_v = _first(vec_any)
+            if not sb[:first_v].any():
+                problems.append(
+                    f"{where}: {_name(int(op[first_v]))} at instruction {first_v} precedes any "
+                    "setbw (pimsim-nn would move 0 bytes for it)"
                 )
         widths = sb & ((s["generic1"] <= 0) | (s["generic2"] <= 0))
         if widths.any():
