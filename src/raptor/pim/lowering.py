@@ -193,7 +193,12 @@ def lower_mvm(ctx: LowerCtx, node: ComputeNode, ag_base: int, alloc: LocalAlloca
             )
         )
     # fixed registers first: window tiles, psums, bias
+    regs.loc(ps_a)
+    if ps_b is not None:
+        regs.loc(ps_b)
     for a, _ in tiles:
+        if regs.next > LAST_LOCAL - 4:  # keep a few for the window segments
+            break
         regs.loc(win + (a - node.r0) * eb)
     blocks: list[np.ndarray] = []
     mbiw = arch.weight_bits

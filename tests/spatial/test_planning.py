@@ -1,0 +1,47 @@
+"""Replication and core assignment on a toy graph."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pim"))
+from toy import ARCH_TINY, toy_convnet, toy_resnet  # noqa: E402
+
+from raptor.arch import load_arch
+from raptor.frontend import load_graph
+from raptor.spatial.build import build_spatial
+from raptor.spatial.planning import SpatialPlanningPass, plain_assignment, snake_order
+from raptor.spatial.tiling import TilingPass
+
+
+def _tiled(model):
+    arch = load_arch(str(ARCH_TINY))
+    return arch, TilingPass().apply(arch, build_spatial(load_graph(model), arch.element_bytes))
+
+
+def test_planning_replicates_bottleneck_within_budget():
+    arch, sg = _tiled(toy_convnet(hw=16))
+    out = SpatialPlanningPass().apply(arch, sg)
+    out.verify()
+    reps = out.replication
+    assert max(reps.values()) > 1  # the 16x16 convs get replicas
+    used = {}
+    for n in out.nodes:
+        used[n.core] = used.get(n.core, 0) + n.crossbars
+    assert max(used.values()) <= arch.crossbars_per_core
+    assert len(used) > 1  # work spread over several cores
+
+
+def test_planning_disabled_is_one_replica_first_fit():
+    arch, sg = _tiled(toy_resnet())
+    out = plain_assignment(arch, sg)
+    out.verify()
+    assert set(out.replication.values()) == {1}
+    cores = [n.core for n in sorted(out.nodes, key=lambda n: n.id)]
+    assert cores == sorted(cores)  # plain order
+
+
+def test_snake_order_is_a_permutation_of_neighbours():
+    arch = load_arch(str(ARCH_TINY))
+    order = snake_order(arch)
+    assert sorted(order) == list(range(arch.core_count))
+    assert all(sum(arch.hops(a, b)) == 1 for a, b in zip(order, order[1:]))

@@ -1,0 +1,48 @@
+"""Synchronization tokens: present, balanced, and absent when disabled."""
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pim"))
+from toy import ARCH_TINY, toy_resnet  # noqa: E402
+
+from raptor.arch import load_arch
+from raptor.compiler import compile_model
+from raptor.isa.opcodes import Opcode
+from raptor.options import CompileOptions
+
+
+def _ops(prog):
+    return Counter(int(op) for s in prog.cores for op in s["opcode"])
+
+
+def _balanced(prog):
+    """Every (core, event) receives exactly as many syncs per round as its waits consume."""
+    sent, waited = Counter(), Counter()
+    for i, s in enumerate(prog.cores):
+        for r in s[s["opcode"] == Opcode.SYNC]:
+            sent[(int(r["r2_or_imm"]), int(r["generic1"]))] += 1
+        for r in s[s["opcode"] == Opcode.WAIT]:
+            waited[(i, int(r["generic1"]))] += int(r["generic2"])
+    return sent == waited
+
+
+def test_tokens_latency_and_throughput():
+    arch = load_arch(str(ARCH_TINY))
+    lat = compile_model(toy_resnet(), arch, CompileOptions()).program
+    thr = compile_model(toy_resnet(), arch, CompileOptions(mode="throughput", pipeline=3)).program
+    assert _ops(lat)[Opcode.SYNC] > 0 and _ops(lat)[Opcode.WAIT] > 0
+    assert _ops(thr)[Opcode.SYNC] > _ops(lat)[Opcode.SYNC]  # credits added
+    assert _balanced(lat) and _balanced(thr)
+    for s in thr.cores:
+        ev = s["generic1"][(s["opcode"] == Opcode.SYNC) | (s["opcode"] == Opcode.WAIT)]
+        assert (ev < 32).all()
+
+
+def test_tokens_absent_when_disabled():
+    arch = load_arch(str(ARCH_TINY))
+    opts = CompileOptions(mode="throughput", pipeline=3, disable_synchronization=True)
+    prog = compile_model(toy_resnet(), arch, opts).program
+    ops = _ops(prog)
+    assert ops[Opcode.SYNC] == 0 and ops[Opcode.WAIT] == 0
