@@ -164,6 +164,55 @@ def _zero_runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return [(int(s), int(e - s)) for s, e in zip(starts, ends)]
 
 
+def _subclass(cls: WindowClass, mask: np.ndarray) -> WindowClass:
+    return WindowClass(
+        cls.ilo, cls.ihi, cls.jlo, cls.jhi, cls.pixels[mask], cls.iy0[mask], cls.ix0[mask]
+    )
+
+
+def _sliding_lanes(layer: Layer, cls: WindowClass, whole_window: bool) -> np.ndarray:
+    """Lanes whose window is the previous lane's shifted by one output column (same row, stride
+    < kw, no padding): they keep kw - stride columns of the window and load only the new ones."""
+    kh, kw = layer.kernel_shape
+    sw = layer.strides[1]
+    n = len(cls.pixels)
+    interior = cls.ilo == 0 and cls.ihi == kh and cls.jlo == 0 and cls.jhi == kw
+    if not (whole_window and interior and sw < kw and n > 1):
+        return np.zeros(n, bool)
+    out = np.zeros(n, bool)
+    out[1:] = (np.diff(cls.pixels) == 1) & (np.diff(cls.ix0) == sw)
+    return out
+
+
+def _slide_window(b: Block, regs: Regs, layer: Layer, cls: WindowClass, win: int, eb: int) -> None:
+    """lmv the window left by `stride` columns, then ld the new columns of every kernel row."""
+    v = layer.inputs[0]
+    kh, kw = layer.kernel_shape
+    sw, c = layer.strides[1], v.channels
+    k = kh * kw * c
+    b.add(
+        Opcode.LMV,
+        rd=regs.loc(win, b),
+        r1=regs.loc(win + sw * c * eb, b),
+        generic3=(k - sw * c) * eb,
+    )
+    for i in range(kh):
+        row = (cls.iy0 + i) * v.width + cls.ix0
+        cols = [(kw - sw, kw)] if v.contiguous else [(j, j + 1) for j in range(kw - sw, kw)]
+        for j0, j1 in cols:
+            host = v.channel_offset + (row + j0) * v.pixel_stride
+            _ld(b, regs, win + (i * kw + j0) * c * eb, R_IN0, host * eb, (j1 - j0) * c * eb)
+
+
+def _merge_lanes(parts: list[tuple[np.ndarray, int, np.ndarray]]) -> np.ndarray:
+    """Merge per-lane blocks built for disjoint lane subsets back into lane order."""
+    if len(parts) == 1:
+        return parts[0][2]
+    keys = np.concatenate([np.repeat(lanes, slots) for lanes, slots, _ in parts])
+    code = np.concatenate([blk for _, _, blk in parts])
+    return code[np.argsort(keys, kind="stable")]
+
+
 def lower_mvm(ctx: LowerCtx, node: ComputeNode, ag_base: int, alloc: LocalAllocator) -> np.ndarray:
     arch, eb = ctx.arch, ctx.eb
     layer = ctx.sg.layers[node.layer]
@@ -218,30 +267,40 @@ def lower_mvm(ctx: LowerCtx, node: ComputeNode, ag_base: int, alloc: LocalAlloca
             )
             for s, n in _zero_runs(covered)
         ]
-        b = Block(len(cls.pixels))
-        for s, n, host in segs:
-            _ld(b, regs, win + (s - node.r0) * eb, R_IN0, host * eb, n * eb)
-        for t, (a, _) in enumerate(tiles):
-            dst = ps_a if t == 0 else ps_b
-            b.add(
-                Opcode.MVMUL,
-                rd=regs.loc(dst, b),
-                r1=regs.loc(win + (a - node.r0) * eb, b),
-                r2_or_imm=mbiw,
-                generic2=ag_base + t,
-            )
-            if t > 0:
-                _vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
-        p = cls.pixels
-        if grouped:
-            host = ((p * layer.row_groups + node.row_group) * layer.cols + node.c0) * eb
-        else:
-            _vv(b, regs, Opcode.VVADD, ps_a, ps_a, bias, cols)
-            _activation(b, regs, layer.activation, ps_a, ps_b, cols)
-            host = (out.channel_offset + p * out.pixel_stride + node.c0) * eb
-        _st(b, regs, ps_a, host, cols * eb)
-        built = b.build()
-        blocks += regs.flush() + zero + [built]
+        k_all = node.r1 - node.r0
+        slide = _sliding_lanes(layer, cls, k_all == layer.rows)
+        parts = []
+        for lanes_mask, sliding in ((~slide, False), (slide, True)):
+            if not lanes_mask.any():
+                continue
+            sub = _subclass(cls, lanes_mask)
+            b = Block(len(sub.pixels))
+            if sliding:
+                _slide_window(b, regs, layer, sub, win, eb)
+            else:
+                for s, n, host in _segments(layer, sub, node.r0, node.r1):
+                    _ld(b, regs, win + (s - node.r0) * eb, R_IN0, host * eb, n * eb)
+            for t, (a, _) in enumerate(tiles):
+                dst = ps_a if t == 0 else ps_b
+                b.add(
+                    Opcode.MVMUL,
+                    rd=regs.loc(dst, b),
+                    r1=regs.loc(win + (a - node.r0) * eb, b),
+                    r2_or_imm=mbiw,
+                    generic2=ag_base + t,
+                )
+                if t > 0:
+                    _vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
+            p = sub.pixels
+            if grouped:
+                host = ((p * layer.row_groups + node.row_group) * layer.cols + node.c0) * eb
+            else:
+                _vv(b, regs, Opcode.VVADD, ps_a, ps_a, bias, cols)
+                _activation(b, regs, layer.activation, ps_a, ps_b, cols)
+                host = (out.channel_offset + p * out.pixel_stride + node.c0) * eb
+            _st(b, regs, ps_a, host, cols * eb)
+            parts.append((np.flatnonzero(lanes_mask), len(b.slots), b.build()))
+        blocks += regs.flush() + zero + [_merge_lanes(parts)]
     return concat(blocks)
 
 
