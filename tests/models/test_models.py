@@ -52,8 +52,33 @@ def test_checker_and_ort(small_model):
     outs = _run(m)
     for y in outs:
         assert np.isfinite(y).all()
-    # activations stay bounded (yolo's decoded boxes are in pixels of the small input)
-    assert max(float(np.abs(y).max()) for y in outs) < 200
+    if name == "yolo11n":
+        y = outs[0]
+        assert y.shape[:2] == (1, 84)
+        assert (y[:, 4:] >= 0).all() and (y[:, 4:] <= 1).all()  # class scores
+        assert np.abs(y[:, :4]).max() < 16 * 32 * 2  # boxes in pixels: < 2 * reg_max * stride
+    else:
+        assert np.abs(outs[0]).max() < 100
+
+
+def test_intermediate_activations_bounded(small_model):
+    """Every tensor (except yolo's pixel-unit box decode) stays of order 1-100."""
+    name, m = small_model
+    full = onnx.ModelProto()
+    full.CopyFrom(m)
+    skip = ("decode.", "dfl.conv", "dfl.out", "output0")
+    for n in full.graph.node:
+        if not n.name.startswith(skip):
+            full.graph.output.extend(
+                [onnx.helper.make_empty_tensor_value_info(t) for t in n.output]
+            )
+    worst = 0.0
+    for seed in (1, 2):
+        for y in _run(full, seed)[1:]:
+            worst = max(worst, float(np.abs(y).max()))
+    # yolo's deep head at tiny maps has sparse spikes of a few tens (see model_info notes)
+    bound = 300 if name == "yolo11n" else 100
+    assert 0.5 < worst < bound, f"{name}: max |activation| {worst}"
 
 
 def test_sensitivity(small_model):

@@ -1,12 +1,12 @@
 """Shared ONNX builder for the model suite.
 
 `Builder` emits ONNX nodes with onnx.helper and, at the same time, evaluates each node with
-numpy on one seeded probe input (batch 1). Convolutions and fully connected layers use that
+numpy on a few seeded probe inputs. Convolutions and fully connected layers use that
 probe to normalise themselves the way a trained network is normalised: a layer's raw He-init
 output is measured per channel and the layer (or its BatchNormalization, whose running mean and
-variance become the measured statistics) maps it to mean `beta`, std `gamma` with seeded random
-`gamma`/`beta`. Activations therefore stay of order 1-10 at any depth, and the output depends
-on the input. Statistics are rounded to float16 precision so that the bytes do not depend on
+variance become the measured mean and second moment) maps it to values of mean about `beta`
+and RMS about `gamma`, with seeded random `gamma`/`beta`. Activations therefore stay of order
+1-10 at any depth (yolo11n's head: a few tens), and the output depends on the input. Statistics are rounded to float16 precision so that the bytes do not depend on
 BLAS summation order.
 """
 
@@ -41,7 +41,11 @@ class Builder:
         self.bn_channels = 0  # channels of (real or already-fused) BatchNorms, for torch counts
         self.input_name = "input"
         self.input_shape = (1, channels, input_size, input_size)
-        self.vals["input"] = probe_rng.standard_normal(self.input_shape).astype(np.float32)
+        # a few probe images at small sizes so per-channel statistics of deep, spatially tiny
+        # layers are estimated from enough positions (batch 1 at the usual sizes)
+        self.probe_batch = int(np.clip(math.ceil(224 * 224 / (input_size * input_size)), 1, 8))
+        probe_shape = (self.probe_batch,) + self.input_shape[1:]
+        self.vals["input"] = probe_rng.standard_normal(probe_shape).astype(np.float32)
         self.outputs: list[str] = []
 
     # ------------------------------------------------------------------ plumbing
@@ -57,7 +61,8 @@ class Builder:
         return name
 
     def shape(self, t: str) -> tuple[int, ...]:
-        return tuple(self.vals[t].shape)
+        """The ONNX (batch-1) shape of tensor t."""
+        return (1,) + tuple(self.vals[t].shape[1:])
 
     def _node(self, op: str, inputs: list[str], value, name: str, n_out: int = 1, **attrs):
         outs = [name] if n_out == 1 else [f"{name}_out{i}" for i in range(n_out)]
@@ -107,10 +112,13 @@ class Builder:
         # per-channel statistics, shrunk towards the layer-wide ones when the probe has few
         # positions per channel (deep layers of small inputs): a channel whose few values
         # happen to agree must not get a huge 1/std gain
-        npos = raw.shape[2] * raw.shape[3]
-        wgt = npos / (npos + 64.0)
+        npos = raw.shape[0] * raw.shape[2] * raw.shape[3]
+        wgt = npos / (npos + 256.0)
         mean = wgt * raw.mean(axis=(0, 2, 3)) + (1 - wgt) * raw.mean()
-        var = wgt * raw.var(axis=(0, 2, 3)) + (1 - wgt) * raw.var()
+        # normalise by the second moment, not the variance: a channel whose mean dominates
+        # its spread then cannot amplify another input's (different) mean into a huge value
+        sq = raw.astype(np.float64) ** 2
+        var = wgt * sq.mean(axis=(0, 2, 3)) + (1 - wgt) * sq.mean()
         mean = _r16(mean)
         var = _r16(np.maximum(var, 1e-4))
         g, beta = _r16(g), _r16(beta)
@@ -240,13 +248,17 @@ class Builder:
 
     def split(self, x: str, sizes: list[int], axis: int = 1, name="split") -> list[str]:
         parts = K.split(self.vals[x], sizes, axis)
-        sz = self.const(np.array(sizes, dtype=np.int64), self.uniq(name) + ".sizes")
-        return self._node("Split", [x, sz], parts, self.uniq(name), n_out=len(sizes), axis=axis)
+        nm = self.uniq(name)
+        sz = self.const(np.array(sizes, dtype=np.int64), nm + ".sizes")
+        return self._node("Split", [x, sz], parts, nm, n_out=len(sizes), axis=axis)
 
     def reshape(self, x: str, shape: list[int], name="reshape") -> str:
-        v = self.vals[x].reshape(shape)
-        sh = self.const(np.array(shape, dtype=np.int64), self.uniq(name) + ".shape")
-        return self._node("Reshape", [x, sh], v, self.uniq(name))
+        v = self.vals[x]
+        assert shape[0] == 1, "reshape keeps the batch axis first"
+        v = v.reshape((v.shape[0],) + tuple(shape[1:]))
+        nm = self.uniq(name)
+        sh = self.const(np.array(shape, dtype=np.int64), nm + ".shape")
+        return self._node("Reshape", [x, sh], v, nm)
 
     def transpose(self, x: str, perm: list[int], name="transpose") -> str:
         v = np.transpose(self.vals[x], perm)
