@@ -20,7 +20,7 @@ from pathlib import Path
 
 from raptor.suite.cases import ALL_MODELS, DEFAULT_MODELS, DEFAULT_OUT_DIR, DEFAULT_PIPELINE
 from raptor.suite.runner import build_parser as runner_parser
-from raptor.suite.runner import write_csv
+from raptor.suite.runner import make_console, write_csv
 
 VARIANTS: dict[str, tuple[str, ...]] = {
     "baseline": (),
@@ -248,9 +248,7 @@ def main(argv: list[str] | None = None, runner_script: str | Path | None = None)
             print(shlex.join(cmd))
         return 0
 
-    from rich.console import Console
-
-    console = Console()
+    console = make_console()
     signal.signal(signal.SIGTERM, _on_sigterm)
     out = Path(args.out_dir)
     codes: dict[str, int] = {}

@@ -114,7 +114,7 @@ def run_compiler(spec: CaseSpec, compiler: str, log: io.StringIO) -> CompilerRes
     _atomic_json(out / "validation.json", verdict.to_dict())
     log.write(verdict.format() + "\n")
     res.status = verdict.status
-    res.max_rel_error = verdict.max_rel_error
+    res.max_rel_error = verdict.max_rel
     res.latency_ms = sim.latency_ns / 1e6
     res.throughput_ips = sim.throughput_per_s
     res.power_mw = sim.power_mw

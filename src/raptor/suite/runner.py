@@ -150,6 +150,14 @@ def case_modes(mode: str | None, pipeline: int | None) -> list[tuple[str, int]]:
     return [("throughput", p)]
 
 
+def make_console():
+    """A rich console; wide enough for the summary table when output is not a terminal."""
+    from rich.console import Console
+
+    probe = Console()
+    return probe if probe.is_terminal else Console(width=160)
+
+
 def _worker_init() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -320,10 +328,8 @@ def summary_table(results: list[CaseResult], title: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rich.console import Console
-
     args = build_parser().parse_args(argv)
-    console = Console(stderr=False)
+    console = make_console()
     if args.jobs < 1:
         console.print("run_pimcomp_models.py: error: --jobs must be >= 1")
         return 2
