@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 
 def _save(fig, path: Path) -> None:
@@ -66,42 +67,75 @@ def comparison_chart(results, path: Path) -> None:
 
 
 def ablation_chart(rows: list[dict[str, str]], path: Path) -> None:
-    """Signed % change from baseline per case and variant, one panel per metric; FAIL rows hatched."""
+    """Signed % change from baseline per case and variant, one panel per metric.
+
+    Hatched bars are variants whose program failed validation (their numbers describe an
+    incorrect program); cases with no number (ERROR) are marked with their status.
+    """
     variants = [v for v in dict.fromkeys(r["variant"] for r in rows) if v != "baseline"]
     cases = list(dict.fromkeys(_case_label(r) for r in rows))
     metrics = ("latency", "throughput", "power", "energy")
+    width = 0.8 / max(1, len(variants))
+    colors = {"no-sync": "tab:red", "no-plan": "tab:green", "no-sync-no-plan": "tab:purple"}
     fig, axes = plt.subplots(
         len(metrics),
         1,
-        figsize=(max(6, 0.8 * len(cases) * max(1, len(variants)) / 2 + 3), 11),
+        figsize=(
+            max(7, 0.9 * len(cases) * max(1, len(variants)) / 2 + 3),
+            2.4 * len(metrics) + 1.5,
+        ),
         squeeze=False,
+        sharex=True,
     )
-    width = 0.8 / max(1, len(variants))
-    colors = ["tab:red", "tab:green", "tab:purple", "tab:brown"]
+    handles = {}
     for ax, metric in zip(axes[:, 0], metrics):
         for k, v in enumerate(variants):
-            xs, ys, hatches = [], [], []
             for i, c in enumerate(cases):
                 row = next((r for r in rows if r["variant"] == v and _case_label(r) == c), None)
-                if row is None or not row.get(metric):
+                if row is None:
                     continue
-                xs.append(i + (k - (len(variants) - 1) / 2) * width)
-                ys.append(float(row[metric].rstrip("%")))
-                hatches.append(row["functional_validation"] != "PASS")
-            bars = ax.bar(xs, ys, width=width, color=colors[k % len(colors)], label=v)
-            for b, h in zip(bars, hatches):
-                if h:
-                    b.set_hatch("//")
-                    b.set_edgecolor("black")
+                x = i + (k - (len(variants) - 1) / 2) * width
+                if not row.get(metric):
+                    ax.annotate(
+                        row["functional_validation"],
+                        (x, 0),
+                        ha="center",
+                        va="bottom",
+                        fontsize=7,
+                        rotation=90,
+                        color="red",
+                    )
+                    continue
+                failed = row["functional_validation"] != "PASS"
+                ax.bar(
+                    [x],
+                    [float(row[metric].rstrip("%"))],
+                    width=width,
+                    color=colors.get(v, f"C{k}"),
+                    hatch="//" if failed else None,
+                    edgecolor="black" if failed else None,
+                )
+                handles.setdefault(v, Patch(color=colors.get(v, f"C{k}"), label=v))
         ax.axhline(0, color="black", linewidth=0.8)
-        ax.set_title(
-            f"{metric}: % change vs baseline (hatched = validation FAIL: incorrect program)",
-            fontsize=9,
-        )
-        ax.set_xticks(range(len(cases)))
-        ax.set_xticklabels(cases, rotation=30, ha="right", fontsize=8)
-        ax.legend(fontsize=8)
-    fig.suptitle("Raptor ablation: synchronization and spatial planning")
+        ax.set_ylabel(f"{metric} %", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    axes[-1, 0].set_xticks(range(len(cases)))
+    axes[-1, 0].set_xticklabels(cases, rotation=30, ha="right", fontsize=8)
+    handles["FAIL"] = Patch(
+        facecolor="white", edgecolor="black", hatch="//", label="validation FAIL"
+    )
+    fig.legend(
+        handles=list(handles.values()),
+        loc="upper center",
+        ncol=len(handles),
+        fontsize=9,
+        bbox_to_anchor=(0.5, 0.965),
+    )
+    fig.suptitle(
+        "Raptor ablation: % change vs baseline (hatched: validation FAIL, an incorrect program)",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     _save(fig, path)
 
 
