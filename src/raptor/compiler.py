@@ -63,7 +63,12 @@ def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> 
     if opts.disable_spatial_planning:
         sg = timed("plain-assignment", plain_assignment, arch, sg)
     else:
-        sg = timed(SpatialPlanningPass.name, SpatialPlanningPass().apply, arch, sg)
+        sg = timed(
+            SpatialPlanningPass.name,
+            SpatialPlanningPass(latency=opts.mode == "latency").apply,
+            arch,
+            sg,
+        )
     if not opts.disable_synchronization:
         sg = timed(
             SynchronizationPass.name, SynchronizationPass(pipeline=opts.pipeline).apply, arch, sg

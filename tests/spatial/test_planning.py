@@ -20,7 +20,7 @@ def _tiled(model):
 
 def test_planning_replicates_bottleneck_within_budget():
     arch, sg = _tiled(toy_convnet(hw=16))
-    out = SpatialPlanningPass().apply(arch, sg)
+    out = SpatialPlanningPass(latency=True).apply(arch, sg)
     out.verify()
     reps = out.replication
     assert max(reps.values()) > 1  # the 16x16 convs get replicas
@@ -29,6 +29,7 @@ def test_planning_replicates_bottleneck_within_budget():
         used[n.core] = used.get(n.core, 0) + n.crossbars
     assert max(used.values()) <= arch.crossbars_per_core
     assert len(used) > 1  # work spread over several cores
+    SpatialPlanningPass(latency=False).apply(arch, sg).verify()
 
 
 def test_planning_disabled_is_one_replica_first_fit():

@@ -91,3 +91,22 @@ def lane_ns(arch: Arch, layer: Layer, node: ComputeNode, row_groups: int = 1) ->
 
 def node_ns(arch: Arch, layer: Layer, node: ComputeNode) -> float:
     return lane_ns(arch, layer, node) * node.lanes
+
+
+def lane_bus_ns(arch: Arch, layer: Layer, node: ComputeNode) -> float:
+    """Global-memory occupancy of one lane: the shared host memory serialises every ld/st, so
+    this bounds how fast all replicas of a layer together can go."""
+    from raptor.arch.timing import memory_latency_ns as ml
+
+    eb, gm = arch.element_bytes, arch.global_memory
+    cols = node.c1 - node.c0
+    if node.kind == NodeKind.MVM:
+        kh, kw = layer.kernel_shape
+        sw = layer.strides[1]
+        rows = node.r1 - node.r0
+        seg = max(1, rows // kh) * (min(sw, kw) / kw)  # sliding windows load only new columns
+        return kh * ml(gm, int(seg * eb), False) + ml(gm, cols * eb, True)
+    c = layer.output.channels
+    kh, kw = layer.kernel_shape
+    n_in = len(layer.inputs) if layer.kind in (LayerKind.ADD, LayerKind.ACT) else 1
+    return n_in * kh * ml(gm, kw * c * eb, False) + ml(gm, c * eb, True)

@@ -20,7 +20,7 @@ import numpy as np
 
 from raptor.arch import Arch
 from raptor.errors import PassFailedError
-from raptor.spatial.cost import lane_ns, node_ns
+from raptor.spatial.cost import lane_bus_ns, lane_ns, node_ns
 from raptor.spatial.ir import ComputeNode, LayerKind, NodeKind, SpatialGraph
 from raptor.spatial.merging import pack_balanced, pack_plain
 from raptor.spatial.tiling import gemm_slices, make_nodes
@@ -34,11 +34,11 @@ def _effective_crossbars(arch: Arch, xb: int) -> float:
 
 
 def choose_replication(
-    arch: Arch, sg: SpatialGraph, budget_scale: float = 1.0
+    arch: Arch, sg: SpatialGraph, budget_scale: float = 1.0, latency: bool = False
 ) -> tuple[dict[int, int], dict[int, int]]:
     """(replicas per GEMM layer, splits per vector layer / reduce step) by water-filling."""
     gemm = {}
-    total_work = 0.0
+    total_work = bus_total = 0.0
     for ly in sg.layers:
         if ly.kind != LayerKind.GEMM:
             continue
@@ -47,29 +47,43 @@ def choose_replication(
         probe = ComputeNode(0, ly.index, NodeKind.MVM, 0, 1, s.c0, s.c1, s.r0, s.r1, s.row_group)
         t = lane_ns(arch, ly, probe)
         xb = sum(_effective_crossbars(arch, sl.crossbars) for sl in slices)
-        gemm[ly.index] = (t, ly.out_pixels, xb)
+        bus = lane_bus_ns(arch, ly, probe) * ly.out_pixels * len(slices)
+        gemm[ly.index] = (t, ly.out_pixels, xb, bus)
+        bus_total += bus
         total_work += t * ly.out_pixels * len(slices)
     vec_work = {}
     for n in sg.nodes:
         if n.kind != NodeKind.MVM:
             vec_work[n.layer] = vec_work.get(n.layer, 0.0) + node_ns(arch, sg.layers[n.layer], n)
     total_work += sum(vec_work.values())
-    floor_ns = total_work / arch.core_count
-    budget = arch.total_crossbars * budget_scale - sum(x for _, _, x in gemm.values())
+    floor_ns = max(total_work / arch.core_count, bus_total)
+    budget = arch.total_crossbars * budget_scale - sum(x for _, _, x, _ in gemm.values())
     reps = {i: 1 for i in gemm}
-    heap = [(-t * p, i) for i, (t, p, _) in gemm.items()]
+
+    def layer_ns(i: int, r: int) -> float:
+        t, p, _, bus = gemm[i]
+        return max(t * math.ceil(p / r), bus)
+
+    if latency:
+        # latency: layers run one after another, so buy the largest time cut per crossbar
+        heap = [(-(layer_ns(i, 1) - layer_ns(i, 2)) / g[2], i) for i, g in gemm.items()]
+    else:
+        # throughput: shave the slowest node until it reaches the per-core/bus floor
+        heap = [(-layer_ns(i, 1), i) for i in gemm]
     heapq.heapify(heap)
     while heap:
         neg, i = heapq.heappop(heap)
-        t, p, xb = gemm[i]
-        if -neg <= floor_ns:
+        _, p, xb, _ = gemm[i]
+        if -neg <= (0.0 if latency else floor_ns):
             break
         if xb > budget or reps[i] >= p:
             continue
         reps[i] += 1
         budget -= xb
-        heapq.heappush(heap, (-t * math.ceil(p / reps[i]), i))
-    target = max([floor_ns] + [t * math.ceil(p / reps[i]) for i, (t, p, _) in gemm.items()])
+        r = reps[i]
+        key = -(layer_ns(i, r) - layer_ns(i, r + 1)) / xb if latency else -layer_ns(i, r)
+        heapq.heappush(heap, (key, i))
+    target = max([floor_ns] + [t * math.ceil(p / reps[i]) for i, (t, p, _, _) in gemm.items()])
     splits = {
         i: max(1, min(sg.layers[i].out_pixels, math.ceil(w / target))) for i, w in vec_work.items()
     }
@@ -119,12 +133,13 @@ def place_snake(arch: Arch, nodes: list[ComputeNode]) -> list[ComputeNode]:
 class SpatialPlanningPass:
     """Replicate, merge and place compute nodes (see module docstring)."""
 
+    latency: bool = False  # plan for one input's latency rather than pipeline throughput
     name: ClassVar[str] = "spatial-planning"
 
     def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
         last_err: PassFailedError | None = None
         for scale in (1.0, 0.9, 0.8, 0.65, 0.5, 0.0):
-            reps, splits = choose_replication(arch, sg, scale)
+            reps, splits = choose_replication(arch, sg, scale, self.latency)
             nodes = make_nodes(sg, arch, reps, splits)
             times = np.array([node_ns(arch, sg.layers[n.layer], n) for n in nodes])
             try:
