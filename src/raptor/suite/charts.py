@@ -22,47 +22,79 @@ def _save(fig, path: Path) -> None:
 
 
 def comparison_chart(results, path: Path) -> None:
-    """Raptor vs pimcomp per case: latency, throughput and energy (log scale), with PASS marks."""
+    """Raptor vs pimcomp per case: latency, throughput, energy (linear, from 0) and, when both
+    compilers ran, the Raptor/pimcomp ratios against PIMCOMP's own margins (2.4x, 1.6x)."""
     labels = [r.spec.key.replace("/throughput/", "/tp/") for r in results]
     metrics = [
-        ("latency_ms", "latency (ms, lower is better)"),
-        ("throughput_ips", "throughput (inf/s)"),
-        ("energy_uj", "energy per inference (uJ)"),
+        ("latency_ms", "latency ms\n(lower better)"),
+        ("throughput_ips", "throughput\ninf/s"),
+        ("energy_uj", "energy uJ\nper inference"),
     ]
-    fig, axes = plt.subplots(
-        len(metrics), 1, figsize=(max(6, 0.9 * len(labels) + 2), 9), squeeze=False
+    both = any(
+        r.results.get("pimcomp")
+        and r.results["pimcomp"].latency_ms
+        and r.results.get("raptor")
+        and r.results["raptor"].latency_ms
+        for r in results
     )
-    x = range(len(labels))
+    n = len(metrics) + (1 if both else 0)
+    fig, axes = plt.subplots(
+        n, 1, figsize=(max(7, 0.9 * len(labels) + 2), 2.3 * n + 1.5), squeeze=False, sharex=True
+    )
+    x = list(range(len(labels)))
+    colors = {"raptor": "tab:blue", "pimcomp": "tab:orange"}
     for ax, (field, title) in zip(axes[:, 0], metrics):
-        for k, (name, color) in enumerate((("raptor", "tab:blue"), ("pimcomp", "tab:orange"))):
-            vals, marks = [], []
-            for r in results:
+        for k, name in enumerate(colors):
+            for i, r in enumerate(results):
                 res = r.results.get(name)
                 v = getattr(res, field, None) if res else None
-                vals.append(v or 0.0)
-                marks.append(res.status if res else "SKIPPED")
-            bars = ax.bar(
-                [i + (k - 0.5) * 0.4 for i in x], vals, width=0.4, color=color, label=name
-            )
-            for b, m in zip(bars, marks):
-                if m not in ("PASS", "SKIPPED"):
+                xi = i + (k - 0.5) * 0.4
+                if v:
+                    ax.bar([xi], [v], width=0.4, color=colors[name])
+                status = res.status if res else "SKIPPED"
+                if status != "PASS":
                     ax.annotate(
-                        m,
-                        (b.get_x() + b.get_width() / 2, max(b.get_height(), 1e-9)),
+                        status,
+                        (xi, (v or 0)),
                         ha="center",
                         va="bottom",
                         fontsize=7,
-                        color="red",
+                        rotation=90,
+                        color="red" if status in ("FAIL", "ERROR") else "gray",
                     )
-        if any(
-            getattr(r.results.get(n), field, None) for r in results for n in ("raptor", "pimcomp")
+        ax.set_ylabel(title, fontsize=9)
+        ax.set_ylim(bottom=0)
+        ax.grid(axis="y", alpha=0.3)
+    if both:
+        ax = axes[-1, 0]
+        for k, (field, target, name) in enumerate(
+            (("latency_ms", 2.4, "latency speedup"), ("throughput_ips", 1.6, "throughput ratio"))
         ):
-            ax.set_yscale("log")
-        ax.set_title(title, fontsize=10)
-        ax.set_xticks(list(x))
-        ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+            vals = []
+            for r in results:
+                ra, pc = r.results.get("raptor"), r.results.get("pimcomp")
+                a, b = (
+                    (getattr(ra, field, None) if ra else None),
+                    (getattr(pc, field, None) if pc else None),
+                )
+                vals.append((b / a if field == "latency_ms" else a / b) if a and b else 0.0)
+            ax.bar(
+                [i + (k - 0.5) * 0.4 for i in x],
+                vals,
+                width=0.4,
+                color=f"C{k + 2}",
+                label=f"{name} (target {target}x)",
+            )
+            ax.axhline(target, color=f"C{k + 2}", linestyle="--", linewidth=0.8)
+        ax.axhline(1, color="black", linewidth=0.8)
+        ax.set_ylabel("Raptor / pimcomp", fontsize=9)
         ax.legend(fontsize=8)
-    fig.suptitle("Raptor vs pimcomp, same chip and simulator")
+    axes[-1, 0].set_xticks(x)
+    axes[-1, 0].set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    handles = [Patch(color=c, label=n) for n, c in colors.items()]
+    fig.legend(handles=handles, loc="upper center", ncol=2, fontsize=9, bbox_to_anchor=(0.5, 0.965))
+    fig.suptitle("Raptor vs pimcomp on the same chip and simulator", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     _save(fig, path)
 
 
