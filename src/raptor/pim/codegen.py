@@ -36,7 +36,8 @@ def host_layout(sg: SpatialGraph) -> tuple[dict[str, int], int]:
     return addr, top
 
 
-def _tokens(tokens: list[SyncToken]) -> list[np.ndarray]:
+def token_records(tokens: list[SyncToken]) -> list[np.ndarray]:
+    """sync/wait records of `tokens` (shared with raptor.pimcomp)."""
     out = []
     for t in tokens:
         if t.kind == "sync":
@@ -50,7 +51,6 @@ def generate(
     arch: Arch, sg: SpatialGraph, meta: dict[str, Any]
 ) -> tuple[PimProgram, dict[str, Any]]:
     """Emit the program; returns it with codegen statistics (local-memory peaks, host bytes)."""
-    eb = arch.element_bytes
     address, host_bytes = host_layout(sg)
     if host_bytes > arch.global_memory.memory_size:
         raise PassFailedError(
@@ -78,7 +78,7 @@ def generate(
             make(Opcode.SETBW, generic1=arch.activation_bits, generic2=arch.activation_bits),
             make(Opcode.SLDI, rd=0, r2_or_imm=0),
         ]
-        blocks += _tokens(sg.tokens_start.get(core, []))
+        blocks += token_records(sg.tokens_start.get(core, []))
         for n in nodes:
             ag_base = len(ags)
             if n.kind == NodeKind.MVM:
@@ -92,11 +92,11 @@ def generate(
                         )
                     ags.append(arch.crossbars_for(b - a, n.c1 - n.c0))
                     mats.append(matrix_index[key])
-            blocks += _tokens(sg.tokens_before.get(n.id, []))
+            blocks += token_records(sg.tokens_before.get(n.id, []))
             code, peak = lower_node(ctx, n, ag_base)
             local_peak[core] = max(local_peak[core], peak)
             blocks.append(code)
-            blocks += _tokens(sg.tokens_after.get(n.id, []))
+            blocks += token_records(sg.tokens_after.get(n.id, []))
         if sum(ags) > arch.crossbars_per_core:
             raise PassFailedError(
                 f"core {core} needs {sum(ags)} crossbars, {arch.name} cores have {arch.crossbars_per_core}"
@@ -104,26 +104,8 @@ def generate(
         cores.append(concat(blocks))
         ag_map.append(ags)
         ag_weights.append(mats)
-    memory = np.zeros(host_bytes // eb, np.float32)
-    for name, values in sg.const_values.items():
-        a = address[name] // eb
-        memory[a : a + values.size] = values
-    io = lambda items: [  # noqa: E731
-        {
-            "name": t,
-            "address": address[b],
-            "shape": list(shape),
-            "layout": "NHWC" if len(shape) == 4 else "flat",
-        }
-        for t, b, shape in items
-    ]
-    prog = PimProgram(
-        cores=cores,
-        array_group_map=ag_map,
-        weight_matrices=matrices,
-        array_group_weights=ag_weights,
-        memory=memory,
-        meta={**meta, "element_bytes": eb, "inputs": io(sg.inputs), "outputs": io(sg.outputs)},
+    prog = assemble_program(
+        arch, sg, address, host_bytes, cores, ag_map, ag_weights, matrices, meta
     )
     stats = {
         "local_memory_peak_bytes": local_peak,
@@ -139,3 +121,40 @@ def generate(
         },
     }
     return prog, stats
+
+
+def assemble_program(
+    arch: Arch,
+    sg: SpatialGraph,
+    address: dict[str, int],
+    host_bytes: int,
+    cores: list[np.ndarray],
+    ag_map: list[list[int]],
+    ag_weights: list[list[int]],
+    matrices: list[np.ndarray],
+    meta: dict[str, Any],
+) -> PimProgram:
+    """The PimProgram of per-core streams: host memory image (constants at their addresses) and
+    input/output metadata (shared with raptor.pimcomp)."""
+    eb = arch.element_bytes
+    memory = np.zeros(host_bytes // eb, np.float32)
+    for name, values in sg.const_values.items():
+        a = address[name] // eb
+        memory[a : a + values.size] = values
+    io = lambda items: [  # noqa: E731
+        {
+            "name": t,
+            "address": address[b],
+            "shape": list(shape),
+            "layout": "NHWC" if len(shape) == 4 else "flat",
+        }
+        for t, b, shape in items
+    ]
+    return PimProgram(
+        cores=cores,
+        array_group_map=ag_map,
+        weight_matrices=matrices,
+        array_group_weights=ag_weights,
+        memory=memory,
+        meta={**meta, "element_bytes": eb, "inputs": io(sg.inputs), "outputs": io(sg.outputs)},
+    )

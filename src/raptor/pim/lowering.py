@@ -478,3 +478,12 @@ def lower_node(ctx: LowerCtx, node: ComputeNode, ag_base: int) -> tuple[np.ndarr
     else:
         code = lower_elementwise(ctx, node, alloc)
     return code, alloc.top
+
+
+# Emission helpers shared with raptor.pimcomp (one implementation of each instruction pattern).
+emit_ld = _ld
+emit_st = _st
+emit_vv = _vv
+emit_activation = _activation
+window_segments = _segments
+zero_runs = _zero_runs
