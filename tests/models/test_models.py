@@ -138,3 +138,20 @@ def test_full_size(name):
     outs = _run(m)
     assert all(np.isfinite(y).all() for y in outs)
     assert input_sensitivity(m) > 0.02
+
+
+def test_bytes_do_not_depend_on_blas_threads():
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import hashlib;from raptor.models import build_model;"
+        "print(hashlib.sha256(build_model('yolo11n', 64).SerializeToString()).hexdigest())"
+    )
+    env = dict(os.environ, OMP_NUM_THREADS="2", OPENBLAS_NUM_THREADS="2")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    here = hashlib.sha256(build_model("yolo11n", 64).SerializeToString()).hexdigest()
+    assert out.stdout.strip() == here

@@ -1,10 +1,15 @@
 """Numpy kernels with ONNX semantics (NCHW, float32), shared by the graph-IR evaluator and the
 model builders' probe pass. Each kernel takes arrays plus resolved attributes and returns an
-array; none of them knows about graphs."""
+array; none of them knows about graphs. Results are float32, except that float64 inputs stay
+float64 (the builders probe in float64 so that weights do not depend on BLAS threading)."""
 
 from __future__ import annotations
 
 import numpy as np
+
+
+def _ft(x: np.ndarray):
+    return np.float64 if x.dtype == np.float64 else np.float32
 
 
 def _pad_nchw(x: np.ndarray, pads: tuple[int, int, int, int], value: float) -> np.ndarray:
@@ -28,15 +33,16 @@ def conv2d(
     group: int = 1,
 ) -> np.ndarray:
     """2-D convolution, x (N, Cin, H, W), w (Cout, Cin/group, kh, kw)."""
-    x = _pad_nchw(x.astype(np.float32, copy=False), pads, 0.0)
+    dt = _ft(x)
+    x = _pad_nchw(x.astype(dt, copy=False), pads, 0.0)
     n, cin, h, wd = x.shape
     cout, cg, kh, kw = w.shape
     sh, sw = strides
     dh, dw = dilations
     ho, wo = _out_size(h, kh, sh, dh), _out_size(wd, kw, sw, dw)
     og = cout // group
-    wg = w.reshape(group, og, cg, kh, kw).astype(np.float32, copy=False)
-    out = np.zeros((n, group, og, ho * wo), dtype=np.float32)
+    wg = w.reshape(group, og, cg, kh, kw).astype(dt, copy=False)
+    out = np.zeros((n, group, og, ho * wo), dtype=dt)
     for i in range(kh):
         for j in range(kw):
             sl = x[
@@ -49,7 +55,7 @@ def conv2d(
             out += np.matmul(wg[None, :, :, :, i, j], sl)
     out = out.reshape(n, cout, ho, wo)
     if b is not None:
-        out += b.reshape(1, -1, 1, 1).astype(np.float32)
+        out += b.reshape(1, -1, 1, 1).astype(dt)
     return out
 
 
@@ -74,40 +80,40 @@ def maxpool2d(x, kernel, strides, pads=(0, 0, 0, 0), dilations=(1, 1)) -> np.nda
     out = None
     for sl in _pool_windows(xp, kernel, strides, dilations):
         out = sl.copy() if out is None else np.maximum(out, sl)
-    return out.astype(np.float32)
+    return out.astype(_ft(x))
 
 
 def avgpool2d(x, kernel, strides, pads=(0, 0, 0, 0), count_include_pad=0) -> np.ndarray:
     xp = _pad_nchw(x, pads, 0.0)
     total = None
     for sl in _pool_windows(xp, kernel, strides, (1, 1)):
-        total = sl.astype(np.float32).copy() if total is None else total + sl
+        total = sl.astype(_ft(x)).copy() if total is None else total + sl
     if count_include_pad:
-        return (total / float(kernel[0] * kernel[1])).astype(np.float32)
+        return (total / float(kernel[0] * kernel[1])).astype(_ft(x))
     ones = _pad_nchw(np.ones((1, 1) + x.shape[2:], dtype=np.float32), pads, 0.0)
     cnt = None
     for sl in _pool_windows(ones, kernel, strides, (1, 1)):
         cnt = sl.copy() if cnt is None else cnt + sl
-    return (total / cnt).astype(np.float32)
+    return (total / cnt).astype(_ft(x))
 
 
 def global_avgpool(x: np.ndarray) -> np.ndarray:
-    return x.mean(axis=(2, 3), keepdims=True, dtype=np.float64).astype(np.float32)
+    return x.mean(axis=(2, 3), keepdims=True, dtype=np.float64).astype(_ft(x))
 
 
 def batchnorm(x, scale, bias, mean, var, eps=1e-5) -> np.ndarray:
-    s = (scale / np.sqrt(var.astype(np.float64) + eps)).astype(np.float32)
+    s = (scale / np.sqrt(var.astype(np.float64) + eps)).astype(_ft(x))
     shape = (1, -1) + (1,) * (x.ndim - 2)
     return (x - mean.reshape(shape)) * s.reshape(shape) + bias.reshape(shape)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
-        return (1.0 / (1.0 + np.exp(-x))).astype(np.float32)
+        return (1.0 / (1.0 + np.exp(-x))).astype(_ft(x))
 
 
 def relu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, 0).astype(np.float32)
+    return np.maximum(x, 0).astype(_ft(x))
 
 
 def activation(x: np.ndarray, act) -> np.ndarray:
@@ -119,16 +125,16 @@ def activation(x: np.ndarray, act) -> np.ndarray:
     if act == "sigmoid":
         return sigmoid(x)
     if act == "silu":
-        return (x * sigmoid(x)).astype(np.float32)
+        return (x * sigmoid(x)).astype(_ft(x))
     if isinstance(act, tuple) and act[0] == "clip":
-        return np.clip(x, act[1], act[2]).astype(np.float32)
+        return np.clip(x, act[1], act[2]).astype(_ft(x))
     raise ValueError(f"unknown activation {act!r}")
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     m = x.max(axis=axis, keepdims=True)
     e = np.exp(x - m)
-    return (e / e.sum(axis=axis, keepdims=True)).astype(np.float32)
+    return (e / e.sum(axis=axis, keepdims=True)).astype(_ft(x))
 
 
 def resize_nearest(
@@ -165,7 +171,7 @@ def resize_nearest(
             idx = np.floor(src + 0.5)
         idx = np.clip(idx, 0, n_in - 1).astype(np.int64)
         y = np.take(y, idx, axis=ax)
-    return y.astype(np.float32)
+    return y.astype(_ft(x))
 
 
 def slice_(x: np.ndarray, starts, ends, axes, steps) -> np.ndarray:

@@ -45,7 +45,9 @@ class Builder:
         # layers are estimated from enough positions (batch 1 at the usual sizes)
         self.probe_batch = int(np.clip(math.ceil(224 * 224 / (input_size * input_size)), 1, 8))
         probe_shape = (self.probe_batch,) + self.input_shape[1:]
-        self.vals["input"] = probe_rng.standard_normal(probe_shape).astype(np.float32)
+        # float64 probe: the statistics must not depend on BLAS threading (float32 sgemm
+        # results do), or the weights' bytes would
+        self.vals["input"] = probe_rng.standard_normal(probe_shape)
         self.outputs: list[str] = []
 
     # ------------------------------------------------------------------ plumbing
@@ -69,7 +71,7 @@ class Builder:
         self.nodes.append(helper.make_node(op, inputs, outs, name=name, **attrs))
         values = value if n_out > 1 else [value]
         for o, v in zip(outs, values):
-            self.vals[o] = np.asarray(v, dtype=np.float32)
+            self.vals[o] = np.asarray(v, dtype=np.float64)
         return outs[0] if n_out == 1 else outs
 
     # ------------------------------------------------------------------ layers
@@ -108,7 +110,7 @@ class Builder:
         g = self.rng.uniform(gamma[0], gamma[1], cout).astype(np.float32)
         beta = (beta_mean + beta_std * self.rng.standard_normal(cout)).astype(np.float32)
         pads4 = (pad, pad, pad, pad)
-        raw = K.conv2d(xv, w, None, (stride, stride), pads4, (1, 1), group)
+        raw = K.conv2d(xv, w.astype(np.float64), None, (stride, stride), pads4, (1, 1), group)
         # per-channel statistics, shrunk towards the layer-wide ones when the probe has few
         # positions per channel (deep layers of small inputs): a channel whose few values
         # happen to agree must not get a huge 1/std gain
@@ -150,7 +152,7 @@ class Builder:
             s = g / np.sqrt(var + eps)
             wf = (w * s.reshape(-1, 1, 1, 1)).astype(np.float32)
             bf = (beta - mean * s).astype(np.float32)
-            out = K.conv2d(xv, wf, bf, (stride, stride), pads4, (1, 1), group)
+            out = K.conv2d(xv, wf.astype(np.float64), bf, (stride, stride), pads4, (1, 1), group)
             y = self._node(
                 "Conv",
                 [x, self.const(wf, nm + ".weight"), self.const(bf, nm + ".bias")],
@@ -227,11 +229,11 @@ class Builder:
         xv = self.vals[x]
         kdim = xv.shape[1]
         w = (self.rng.standard_normal((n, kdim)) * math.sqrt(2.0 / kdim)).astype(np.float32)
-        raw = xv @ w.T
+        raw = xv @ w.T.astype(np.float64)
         std = float(_r16(np.float32(raw.std()) + 1e-6))
         w = (w * (gain / std)).astype(np.float32)
         b = _r16(-(raw.mean() * gain / std) + 0.1 * self.rng.standard_normal(n))
-        out = xv @ w.T + b
+        out = xv @ w.T.astype(np.float64) + b
         nm = self.uniq(name)
         y = self._node(
             "Gemm",
