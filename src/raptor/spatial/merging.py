@@ -1,6 +1,6 @@
 """Merging compute nodes into cores under each core's crossbar budget.
 
-`pack_balanced` is longest-processing-time-first: nodes by decreasing estimated time, each to the
+`pack_balanced`: nodes by decreasing crossbars, then decreasing estimated time, each to the
 least-loaded core that still has the crossbars it needs. `pack_plain` is the unplanned baseline:
 nodes in program order, first fit by crossbars (vector nodes stay on the current core).
 """
@@ -26,13 +26,13 @@ def _no_room(arch: Arch, node: ComputeNode, used: np.ndarray) -> PassFailedError
 def pack_balanced(
     arch: Arch, nodes: list[ComputeNode], times: np.ndarray
 ) -> tuple[list[ComputeNode], np.ndarray]:
-    """LPT packing; returns the placed nodes (input order) and the estimated load per core (ns)."""
+    """Balanced packing; returns the placed nodes (input order) and the estimated load per core (ns)."""
     cores, cap = arch.core_count, arch.crossbars_per_core
     load = np.zeros(cores)
     used = np.zeros(cores, dtype=np.int64)
     placed: list[ComputeNode | None] = [None] * len(nodes)
-    # heavy crossbar users first among equal times keeps fragmentation low
-    order = np.lexsort((-np.array([n.crossbars for n in nodes]), -times))
+    # big crossbar users first (bin-packing feasibility), then by time (load balance)
+    order = np.lexsort((-times, -np.array([n.crossbars for n in nodes])))
     for k in order:
         n = nodes[k]
         ok = used + n.crossbars <= cap

@@ -4,7 +4,7 @@ Replication water-fills the bottleneck: the GEMM layer whose node time (pixels /
 cost) is largest gets one more replica, while the chip's crossbars allow and while that time is
 above the ideal per-core load (total work / cores), beyond which replicas cannot help. Vector
 layers and row-group reductions are split into pixel ranges of about the same time. Nodes are
-packed into cores by LPT (merging.py), then cores are renumbered so that consecutive layers sit on
+packed into cores crossbars-first, least-loaded core (merging.py), then cores are renumbered so that consecutive layers sit on
 neighbouring cores along a snake order of the mesh (cuts hop-bytes). Assumes tiling has run.
 Disabled, `plain_assignment` gives every layer one replica and first-fit cores in program order.
 """
@@ -138,7 +138,7 @@ class SpatialPlanningPass:
 
     def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
         last_err: PassFailedError | None = None
-        for scale in (1.0, 0.9, 0.8, 0.65, 0.5, 0.0):
+        for scale in (1.0, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.0):
             reps, splits = choose_replication(arch, sg, scale, self.latency)
             nodes = make_nodes(sg, arch, reps, splits)
             times = np.array([node_ns(arch, sg.layers[n.layer], n) for n in nodes])
