@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Performance benchmark (issue 9): every default case for Raptor and pimcomp, with each result's
+fraction of the ideal bounds, compile and simulate wall times. Writes CSV + PNG.
+
+    .venv/bin/python benchmarks/run.py [--out-dir benchmarks/out] [--jobs 2] [runner options...]
+
+It runs the suite runner (both compilers) and then joins `raptor.bounds` figures per case:
+`*_latency_vs_bound` = measured latency / budgeted latency lower bound (>= 1, lower is better),
+`*_throughput_vs_bound` = measured throughput / throughput upper bound (<= 1, higher is better).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "out"))
+    args, rest = p.parse_known_args(argv)
+    from raptor.suite.runner import main as run_suite
+
+    rc = run_suite(["--out-dir", args.out_dir, *rest])
+    if rc not in (0, 1):
+        return rc
+    out = Path(args.out_dir)
+    rows = list(csv.DictReader(open(out / "results_comparison.csv", newline="")))
+    from raptor.arch import load_arch
+    from raptor.bounds import compute_bounds
+
+    cache: dict[tuple[str, str], dict] = {}
+    for row in rows:
+        key = (row["model"], row["arch"])
+        if key not in cache:
+            cache[key] = compute_bounds(out / row["model"] / "model.onnx", load_arch(row["arch"]))
+        b = cache[key]
+        row["latency_lb_ms"] = f"{b['latency_lb_budget_ns'] / 1e6:.6g}"
+        row["throughput_ub_ips"] = f"{b['throughput_ub_per_s']:.6g}"
+        for c in ("raptor", "pimcomp"):
+            lat, tp = row.get(f"{c}_latency_ms"), row.get(f"{c}_throughput_ips")
+            row[f"{c}_latency_vs_bound"] = (
+                f"{float(lat) / (b['latency_lb_budget_ns'] / 1e6):.4g}" if lat else ""
+            )
+            row[f"{c}_throughput_vs_bound"] = (
+                f"{float(tp) / b['throughput_ub_per_s']:.4g}" if tp else ""
+            )
+    path = out / "results_benchmark.csv"
+    tmp = path.with_name(".results_benchmark.csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, path)
+    _chart(rows, path.with_suffix(".png"))
+    for row in rows:
+        print(
+            f"{row['model']:>10} {row['arch']} {row['mode']:<10} p{row['pipeline']}: "
+            f"raptor {row['raptor_functional_validation']} lat/bound {row['raptor_latency_vs_bound']} "
+            f"tp/bound {row['raptor_throughput_vs_bound']} | pimcomp {row['pimcomp_functional_validation']} "
+            f"| speedup {row['latency_speedup']} tp-ratio {row['throughput_ratio']}"
+        )
+    print(f"wrote {path}")
+    return rc
+
+
+def _chart(rows, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [
+        f"{r['model']}/{r['arch']}/{'lat' if r['mode'] == 'latency' else 'tp' + r['pipeline']}"
+        for r in rows
+    ]
+    fig, axes = plt.subplots(2, 1, figsize=(max(7, 0.8 * len(rows) + 2), 8))
+    for ax, (field, title) in zip(
+        axes,
+        (
+            ("latency_vs_bound", "latency / lower bound (lower is better, 1 = ideal)"),
+            ("throughput_vs_bound", "throughput / upper bound (higher is better, 1 = ideal)"),
+        ),
+    ):
+        for k, (c, color) in enumerate((("raptor", "tab:blue"), ("pimcomp", "tab:orange"))):
+            vals = [float(r[f"{c}_{field}"]) if r.get(f"{c}_{field}") else 0.0 for r in rows]
+            ax.bar(
+                [i + (k - 0.5) * 0.4 for i in range(len(rows))],
+                vals,
+                width=0.4,
+                color=color,
+                label=c,
+            )
+        ax.set_yscale("log")
+        ax.set_title(title, fontsize=10)
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
