@@ -1,0 +1,138 @@
+"""pimcomp: partitioning, replication (pinned by hand), first-fit mapping, and end-to-end values
+of the HT and LL schedules against onnxruntime at small sizes."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pim"))
+from toy import ARCH_TINY, max_rel_err, reference, toy_convnet, toy_inception, toy_resnet  # noqa: E402
+
+from raptor.arch import load_arch
+from raptor.compiler import compile_model
+from raptor.frontend import load_graph
+from raptor.models import build_model
+from raptor.options import CompileOptions
+from raptor.pimcomp.mapping import core_lists, first_fit
+from raptor.pimcomp.partition import ArrayGroup, column_parts, replica_ags
+from raptor.pimcomp.replication import balance, uniform, w0h0
+from raptor.sim import simulate
+from raptor.spatial.ir import Layer, LayerKind, TensorView
+from raptor.validation.compare import compare_outputs
+
+TINY = load_arch(str(ARCH_TINY))  # 8 cores x 8 crossbars; 16 logical weight columns per crossbar
+
+
+def _gemm(i: int, rows: int, cols: int, hw: int) -> Layer:
+    return Layer(
+        i,
+        f"L{i}",
+        LayerKind.GEMM,
+        (TensorView(f"in{i}", rows, hw, hw, 0, rows),),
+        TensorView(f"out{i}", cols, hw, hw, 0, cols),
+        weight=np.zeros((rows, cols), np.float32),
+    )
+
+
+def _net() -> list[Layer]:
+    # conv 27x64 (4 xb, 16 windows), conv 576x32 (10 xb, 4 windows), FC 256x10 (2 xb)
+    return [_gemm(0, 27, 64, 4), _gemm(1, 576, 32, 2), _gemm(2, 256, 10, 1)]
+
+
+def test_partition_row_tiles_and_agp():
+    ags = replica_ags(TINY, _gemm(0, 300, 40, 2), 0)
+    assert [(a.r0, a.r1, a.crossbars) for a in ags] == [(0, 128, 3), (128, 256, 3), (256, 300, 3)]
+    # 200 columns = 13 crossbars per AG > 8 per core: two column parts
+    assert column_parts(TINY, 300, 200) == [(0, 112), (112, 200)]
+    wide = replica_ags(TINY, _gemm(0, 300, 200, 2), 1)
+    assert len(wide) == 6 and {a.part for a in wide} == {0, 1}
+    assert [a.crossbars for a in wide if a.index == 0] == [7, 6]
+
+
+def test_balance_by_hand():
+    # budget 64 - 2 (FC) = 62, stop at <= 31; heap on ceil(windows / r), ties to the lower index:
+    # L0 16->8->6->4, tie 4/4 -> L0 (4), L0 -> 3, L1 4 -> 2 (budget 32), L0 3 -> rep 7 (28): stop
+    assert balance(TINY, _net()) == {0: 7, 1: 2, 2: 1}
+
+
+def test_w0h0_and_uniform_by_hand():
+    # baseline = 2nd-smallest windows = 16: ratios 1, 1; scale floor(62 / 14 / 1.2) = 3
+    assert w0h0(TINY, _net()) == {0: 3, 1: 3, 2: 1}
+    assert uniform(TINY, _net()) == {0: 3, 1: 3, 2: 1}
+
+
+def test_first_fit_and_core_lists():
+    ags = [ArrayGroup(0, r, 0, 0, 0, 1, 0, 1, xb) for r, xb in enumerate([5, 4, 3, 4])]
+    placed = first_fit(TINY, ags)
+    assert [a.core for a in placed] == [0, 1, 0, 1]
+    lists = core_lists(placed[::-1], TINY.core_count)
+    assert [a.replica for a in lists[0]] == [0, 2]
+
+
+def _check(model, arch, opts, shape, n=None):
+    res = compile_model(model, arch, opts)
+    rng = np.random.default_rng(3)
+    ins = [{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(n or opts.pipeline)]
+    rep = simulate(res.program, arch, opts.mode, opts.pipeline, ins)
+    return res, rep, ins
+
+
+@pytest.mark.parametrize("model", [toy_convnet, toy_resnet, toy_inception])
+@pytest.mark.parametrize("method", ["balance", "W0H0", "uniform"])
+@pytest.mark.parametrize("mode,pipeline", [("latency", 1), ("throughput", 3)])
+def test_toy_values(model, method, mode, pipeline):
+    m = model()
+    opts = CompileOptions(mode=mode, pipeline=pipeline, compiler="pimcomp", replication=method)
+    res, rep, ins = _check(m, TINY, opts, (1, 3, 8, 8))
+    ref = reference(m, ins)
+    errs = [
+        max_rel_err(next(iter(o.values())), next(iter(r.values())))
+        for o, r in zip(rep.outputs, ref)
+    ]
+    assert max(errs) < 1e-3
+    r = res.report
+    assert r["compiler"] == "pimcomp" and r["schedule"] == ("LL" if mode == "latency" else "HT")
+    assert r["instructions_total"] == sum(r["instructions_per_core"])
+
+
+def _suite_case(name, size, arch_name, mode):
+    import onnxruntime as ort
+
+    m = build_model(name, size)
+    arch = load_arch(arch_name)
+    pipe = 1 if mode == "latency" else 2
+    opts = CompileOptions(mode=mode, pipeline=pipe, compiler="pimcomp")
+    sess = ort.InferenceSession(m.SerializeToString())
+    iname = sess.get_inputs()[0].name
+    rng = np.random.default_rng(0)
+    ins = [{iname: rng.standard_normal((1, 3, size, size)).astype(np.float32)} for _ in range(pipe)]
+    res = compile_model(load_graph(m), arch, opts)
+    rep = simulate(res.program, arch, mode, pipe, ins)
+    outs = [o.name for o in sess.get_outputs()]
+    ref = [dict(zip(outs, sess.run(None, x))) for x in ins]
+    return res, compare_outputs(rep.outputs, ref)
+
+
+@pytest.mark.parametrize("mode", ["latency", "throughput"])
+@pytest.mark.parametrize("arch_name", ["arch-a", "arch-b"])
+def test_vgg8_small_passes(arch_name, mode):
+    res, verdict = _suite_case("vgg8", 16, arch_name, mode)
+    assert verdict.passed, verdict.format()
+    assert all(r >= 1 for r in res.report["replication"].values())
+
+
+@pytest.mark.parametrize("mode", ["latency", "throughput"])
+def test_resnet18_small_passes(mode):
+    _, verdict = _suite_case("resnet18", 32, "arch-a", mode)
+    assert verdict.passed, verdict.format()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["latency", "throughput"])
+@pytest.mark.parametrize("arch_name", ["arch-a", "arch-b"])
+@pytest.mark.parametrize("name", ["resnet34", "googlenet"])
+def test_suite_small_passes(name, arch_name, mode):
+    _, verdict = _suite_case(name, 32, arch_name, mode)
+    assert verdict.passed, verdict.format()
