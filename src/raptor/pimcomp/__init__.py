@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from raptor.arch import Arch
+from raptor.errors import PassFailedError
 from raptor.frontend.graph import Graph
 from raptor.isa.opcodes import Opcode
 from raptor.isa.table import concat, make, opcode_counts
@@ -49,7 +50,16 @@ def plan_model(graph: Graph, arch: Arch, opts: CompileOptions, times: dict) -> P
     sg = timed("spatial-layers", _spatial, graph, arch)
     reps = timed("replication", replicate, arch, sg.layers, opts.replication)
     ags = timed("partition", partition, arch, sg.layers, reps)
-    ags = timed("first-fit-mapping", first_fit, arch, ags)
+    try:
+        ags = timed("first-fit-mapping", first_fit, arch, ags)
+    except PassFailedError:
+        if opts.replication != "balance":
+            raise
+        # the released rule leaves first copies uncharged and can over-fill the chip: retry
+        # with them charged (README: differences from the released code)
+        reps = timed("replication", replicate, arch, sg.layers, "balance", True)
+        ags = timed("partition", partition, arch, sg.layers, reps)
+        ags = timed("first-fit-mapping", first_fit, arch, ags)
     address, host_bytes = host_layout(sg)
     return Plan(arch, sg, address, host_bytes, reps, ags, core_lists(ags, arch.core_count))
 

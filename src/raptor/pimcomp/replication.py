@@ -32,13 +32,18 @@ def _convs_and_fc(arch: Arch, layers: list[Layer]) -> tuple[dict[int, tuple[int,
     return convs, fc
 
 
-def balance(arch: Arch, layers: list[Layer], margin: float = MARGIN_FACTOR) -> dict[int, int]:
+def balance(
+    arch: Arch, layers: list[Layer], margin: float = MARGIN_FACTOR, charge_first: bool = False
+) -> dict[int, int]:
     """Max-heap on ceil(windows / r): the conv with the most windows per replica gets one more
-    replica, charged against the non-FC budget (the first copy is uncharged, as released), until
-    the budget cannot pay for the top conv or falls to `margin` of its initial value."""
+    replica, charged against the non-FC budget (the first copy is uncharged, as released, unless
+    `charge_first`), until the budget cannot pay for the top conv or falls to `margin` of its
+    initial value."""
     convs, fc = _convs_and_fc(arch, layers)
     reps = {i: 1 for ly in layers if ly.kind == LayerKind.GEMM for i in [ly.index]}
     initial = arch.total_crossbars - fc
+    if charge_first:
+        initial -= sum(xb for _, xb in convs.values())
     budget = initial
     heap = [(-w, i) for i, (w, _) in convs.items()]
     heapq.heapify(heap)
@@ -90,8 +95,12 @@ def uniform(arch: Arch, layers: list[Layer]) -> dict[int, int]:
 METHODS = {"balance": balance, "W0H0": w0h0, "uniform": uniform}
 
 
-def replicate(arch: Arch, layers: list[Layer], method: str = "balance") -> dict[int, int]:
-    """Replicas per GEMM layer index; fails if one replica of every layer does not fit."""
+def replicate(
+    arch: Arch, layers: list[Layer], method: str = "balance", charge_first: bool = False
+) -> dict[int, int]:
+    """Replicas per GEMM layer index; fails if one replica of every layer does not fit.
+    `charge_first` (balance only) charges each conv's first copy too: the retry used when the
+    released rule over-fills the chip."""
     convs, fc = _convs_and_fc(arch, layers)
     need = fc + sum(xb for _, xb in convs.values())
     if need > arch.total_crossbars:
@@ -99,4 +108,6 @@ def replicate(arch: Arch, layers: list[Layer], method: str = "balance") -> dict[
             f"pimcomp: the model needs {need} crossbars at one replica per layer, "
             f"{arch.name} has {arch.total_crossbars}"
         )
+    if method == "balance":
+        return balance(arch, layers, charge_first=charge_first)
     return METHODS[method](arch, layers)
