@@ -6,6 +6,10 @@ import contextlib
 import io
 import json
 import os
+import pickle
+import shutil
+import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -62,6 +66,8 @@ def _compile(spec: CaseSpec, compiler: str, out: Path, log: io.StringIO) -> dict
         if cached.get("cache_key") == key:
             log.write("compile: cached artifacts reused (fast path)\n")
             return cached
+    # a compile that dies half-way must never leave a valid-looking report beside its pim/
+    report_path.unlink(missing_ok=True)
     report = compile_to_dir(
         args.model, load_arch(args.arch), _compile_options(args), out, emit_json=args.pim_emit_json
     )
@@ -90,6 +96,7 @@ def run_compiler(spec: CaseSpec, compiler: str, log: io.StringIO) -> CompilerRes
     res = CompilerResult(status="ERROR")
     out = spec.case_dir / compiler
     out.mkdir(parents=True, exist_ok=True)
+    _sweep_stale_temps(out)
     t0 = time.perf_counter()
     report = _compile(spec, compiler, out, log)
     res.compile_s = time.perf_counter() - t0
@@ -122,6 +129,16 @@ def run_compiler(spec: CaseSpec, compiler: str, log: io.StringIO) -> CompilerRes
     return res
 
 
+def _sweep_stale_temps(out: Path) -> None:
+    """Remove temporaries an earlier attempt left when it was killed (SIGKILL skips clean-up):
+    `.pim.*` staging directories of write_pimdir and `.*.tmp` files of atomic writes."""
+    for p in out.glob(".*"):
+        if p.is_dir() and p.name.startswith(".pim."):
+            shutil.rmtree(p, ignore_errors=True)
+        elif p.is_file() and p.name.endswith(".tmp"):
+            p.unlink(missing_ok=True)
+
+
 def run_case(spec: CaseSpec) -> CaseResult:
     """Worker entry point: never raises; errors become status ERROR with their message."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -129,6 +146,8 @@ def run_case(spec: CaseSpec) -> CaseResult:
     result = CaseResult(spec=spec)
     log = io.StringIO()
     log.write(f"case {spec.key}\n")
+    if os.environ.get("RAPTOR_CASE_WORKER"):
+        log.write(f"runs on {os.environ['RAPTOR_CASE_WORKER']}\n")
     spec.case_dir.mkdir(parents=True, exist_ok=True)
     for compiler in ("raptor", "pimcomp"):
         if compiler not in spec.compilers:
@@ -149,3 +168,34 @@ def run_case(spec: CaseSpec) -> CaseResult:
     tmp.write_text(result.log)
     os.replace(tmp, spec.case_dir / "case.log")
     return result
+
+
+def _exit_with_parent() -> None:
+    """Die when the process that started us dies (a Dask worker killed with SIGKILL)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(137)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Child-process entry (used by Dask tasks): a pickled CaseSpec on stdin, the pickled
+    CaseResult written to argv[0] (temp + rename, so a killed child leaves no result)."""
+    argv = sys.argv[1:] if argv is None else argv
+    _exit_with_parent()
+    spec = pickle.loads(sys.stdin.buffer.read())
+    result = run_case(spec)
+    out = Path(argv[0])
+    tmp = out.with_name(out.name + ".part")
+    tmp.write_bytes(pickle.dumps(result))
+    os.replace(tmp, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

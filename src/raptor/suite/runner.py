@@ -1,15 +1,15 @@
 """`run_pimcomp_models.py`: compile, validate and simulate the model suite with Raptor and pimcomp.
 
-Cases run in a spawn process pool (`--jobs N`) whose workers ignore SIGINT; Ctrl+C (or SIGTERM
-from the ablation wrapper) terminates the pool, so no worker outlives the runner, and CSVs are
-only ever replaced whole (temporary file + rename).
+Cases run through an executor (raptor.suite.executor): a spawn process pool (`--jobs N`) whose
+workers ignore SIGINT, or Dask tasks (`--scheduler ADDRESS`). Ctrl+C (or SIGTERM from the
+ablation wrapper) stops every queued and running case, so no worker outlives the runner, and CSVs
+are only ever replaced whole (temporary file + rename).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import multiprocessing
 import os
 import signal
 import sys
@@ -98,6 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--jobs", type=int, default=1, help="cases run in parallel (default 1)")
     p.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="run the cases as tasks on this Dask distributed scheduler (e.g. tcp://host:8786) "
+        "instead of local processes; the out-dir must be on a filesystem every worker sees",
+    )
+    p.add_argument(
         "--no-fast",
         action="store_true",
         help="rebuild models, reference data and artifacts instead of reusing cached ones",
@@ -156,11 +163,6 @@ def make_console():
 
     probe = Console()
     return probe if probe.is_terminal else Console(width=160)
-
-
-def _worker_init() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ["OMP_NUM_THREADS"] = "1"
 
 
 def prepare_models(specs: list[CaseSpec], console) -> None:
@@ -248,12 +250,17 @@ def write_csv(path: Path, columns: list[str], rows: list[dict[str, str]]) -> Non
     os.replace(tmp, path)
 
 
-def run_cases(specs: list[CaseSpec], jobs: int, console) -> list[CaseResult]:
-    """Run the cases with progress; Ctrl+C terminates every worker and re-raises."""
+def run_cases(specs: list[CaseSpec], executor, console) -> list[CaseResult]:
+    """Run the cases through an executor (or `--jobs N` as an int) with progress.
+
+    Ctrl+C stops every queued and running case (the executor's job) and re-raises.
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from raptor.suite.execute import run_case
+    from raptor.suite.executor import make_executor
 
+    if isinstance(executor, int):
+        executor = make_executor(executor, None, "")
     results: list[CaseResult] = []
     with Progress(
         TextColumn("{task.description}"),
@@ -263,32 +270,17 @@ def run_cases(specs: list[CaseSpec], jobs: int, console) -> list[CaseResult]:
         console=console,
         transient=False,
     ) as progress:
-        task = progress.add_task(f"{len(specs)} cases, {jobs} job(s)", total=len(specs))
-
-        def done(res: CaseResult) -> None:
+        task = progress.add_task(f"{len(specs)} cases, {executor.description}", total=len(specs))
+        for res in executor.run(specs):
             results.append(res)
             status = " ".join(
                 f"{k}={v.status}" for k, v in res.results.items() if v.status != "SKIPPED"
             )
-            progress.console.log(f"{res.spec.key}: {status} ({res.wall_s:.1f} s)")
+            err = "; ".join(v.error for v in res.results.values() if v.error)
+            progress.console.log(
+                f"{res.spec.key}: {status} ({res.wall_s:.1f} s)" + (f" {err}" if err else "")
+            )
             progress.advance(task)
-
-        if jobs <= 1:
-            for s in specs:
-                progress.update(task, description=f"running {s.key}")
-                done(run_case(s))
-        else:
-            ctx = multiprocessing.get_context("spawn")
-            pool = ctx.Pool(jobs, initializer=_worker_init, maxtasksperchild=4)
-            try:
-                for res in pool.imap_unordered(run_case, specs):
-                    done(res)
-                pool.close()
-                pool.join()
-            except BaseException:
-                pool.terminate()
-                pool.join()
-                raise
     order = {s.key: i for i, s in enumerate(specs)}
     results.sort(key=lambda r: order[r.spec.key])
     return results
@@ -327,6 +319,10 @@ def summary_table(results: list[CaseResult], title: str):
     return t
 
 
+def _on_sigterm(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = make_console()
@@ -339,11 +335,13 @@ def main(argv: list[str] | None = None) -> int:
     elif args.only == "pimcomp":
         compilers = ("pimcomp",)
     modes = case_modes(args.mode, args.pipeline)
+    # absolute, so every process (pool or Dask worker, whatever its cwd) sees the same paths
+    out_dir = os.path.abspath(args.out_dir)
     specs = expand_cases(
         args.models,
         args.archs,
         modes,
-        out_dir=args.out_dir,
+        out_dir=out_dir,
         compilers=compilers,
         raptor_extra_args=tuple(args.raptor_extra_arg),
         artifact_subdir=args.artifact_subdir,
@@ -360,14 +358,26 @@ def main(argv: list[str] | None = None) -> int:
     except RaptorError as e:
         console.print(f"run_pimcomp_models.py: error: {e}")
         return 2
+    from raptor.suite.executor import ExecutorError, make_executor
+
     t0 = time.perf_counter()
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        prepare_models(specs, console)
-        results = run_cases(specs, args.jobs, console)
+        try:
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            executor = make_executor(args.jobs, args.scheduler, out_dir)
+        except ExecutorError as e:
+            console.print(f"run_pimcomp_models.py: error: {e}", soft_wrap=True, highlight=False)
+            return 2
+        with executor:
+            prepare_models(specs, console)
+            results = run_cases(specs, executor, console)
     except KeyboardInterrupt:
-        console.print("[red]interrupted: every worker terminated, no results written[/]")
+        console.print(
+            "[red]interrupted: every queued and running case stopped, no results written[/]"
+        )
         return 130
-    results_dir = Path(args.results_dir) if args.results_dir else Path(args.out_dir)
+    results_dir = Path(args.results_dir) if args.results_dir else Path(out_dir)
     csv_path = results_dir / "results_comparison.csv"
     write_csv(csv_path, COMPARISON_COLUMNS, [comparison_row(r) for r in results])
     try:
