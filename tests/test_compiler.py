@@ -110,3 +110,15 @@ def test_pimcomp_is_delegated(monkeypatch):
     monkeypatch.setattr(raptor, "pimcomp", fake, raising=False)
     compile_model(toy_convnet(), ARCH, CompileOptions(compiler="pimcomp"))
     assert called["yes"][1] == "pimcomp"
+
+
+@pytest.mark.parametrize("plan", [True, False])
+@pytest.mark.parametrize("mode,pipeline", [("latency", 1), ("throughput", 3)])
+def test_row_group_reduction_tree_values(plan, mode, pipeline):
+    """c=64 convs have 576-row windows = 5 row tiles; arch-tiny fits 2 per core, so each replica
+    is 3 row groups whose partial sums meet over the NoC (send/recv), never via host memory."""
+    opts = CompileOptions(mode=mode, pipeline=pipeline, disable_spatial_planning=not plan)
+    res, _, errs = _run(toy_convnet(c=64), opts)
+    assert max(errs) < 1e-3
+    ops = res.report["instructions_by_opcode"]
+    assert ops.get("send", 0) > 0 and ops["send"] == ops["recv"]

@@ -71,7 +71,10 @@ def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> 
         )
     if not opts.disable_synchronization:
         sg = timed(
-            SynchronizationPass.name, SynchronizationPass(pipeline=opts.pipeline).apply, arch, sg
+            SynchronizationPass.name,
+            SynchronizationPass(pipeline=opts.pipeline, credits="end").apply,
+            arch,
+            sg,
         )
     timed("verify-spatial", sg.verify)
     meta = {"compiler": "raptor", "arch": arch.name, "mode": opts.mode, "pipeline": opts.pipeline}

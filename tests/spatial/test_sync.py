@@ -29,7 +29,7 @@ def _balanced(prog):
 
 
 def _credits(prog):
-    """syncs a core sends before its first ld (credits at program start)."""
+    """syncs a core sends before its first ld (credits at program start: none with end credits)."""
     n = 0
     for s in prog.cores:
         lds = (s["opcode"] == Opcode.LD).nonzero()[0]
@@ -38,12 +38,19 @@ def _credits(prog):
     return n
 
 
+def _end_waits(prog):
+    """waits that close a core's round (end-of-round credit waits)."""
+    return sum(1 for s in prog.cores if len(s) and int(s["opcode"][-1]) == Opcode.WAIT)
+
+
 def test_tokens_latency_and_throughput():
     arch = load_arch(str(ARCH_TINY))
     lat = compile_model(toy_resnet(), arch, CompileOptions()).program
     thr = compile_model(toy_resnet(), arch, CompileOptions(mode="throughput", pipeline=3)).program
     assert _ops(lat)[Opcode.SYNC] > 0 and _ops(lat)[Opcode.WAIT] > 0
-    assert _credits(thr) > 0 and _credits(lat) == 0  # credits open throughput programs only
+    # throughput: credits sent after the last read, waited for at the end of the writer's round
+    assert _credits(thr) == 0 and _credits(lat) == 0
+    assert _end_waits(thr) > 0 and _end_waits(lat) == 0
     assert _balanced(lat) and _balanced(thr)
     for s in thr.cores:
         ev = s["generic1"][(s["opcode"] == Opcode.SYNC) | (s["opcode"] == Opcode.WAIT)]

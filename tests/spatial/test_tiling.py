@@ -24,27 +24,44 @@ def test_conv3x3_64_on_arch_a_is_one_slice_of_5_tiles():
     assert slices[0].crossbars == 5 * 4
 
 
-def test_conv3x3_512_on_arch_a_slices_fit_one_core():
+def test_conv3x3_512_on_arch_a_is_row_groups_of_full_width_tiles():
     arch = load_arch("arch-a")
     groups, slices = gemm_slices(arch, 3 * 3 * 512, 512)
-    assert groups == 1
-    tiles = math.ceil(4608 / 128)  # 36
-    assert all(s.crossbars <= 96 for s in slices)
-    assert slices[0].crossbars == tiles * 2  # 96 // 36 = 2 groups of 16 columns -> 32 columns
-    assert len(slices) == 16
+    # 36 row tiles of 128 x 512 (32 crossbars each): 3 per core -> 12 row groups, one slice
+    assert groups == 12 and len(slices) == 12
+    assert all(s.c0 == 0 and s.c1 == 512 and s.crossbars == 96 for s in slices)
+    assert [s.row_group for s in slices] == list(range(12))
 
 
-def test_fc_8192_on_arch_a_and_row_groups_on_arch_c():
+def test_fc_8192_on_arch_a_and_arch_c_row_groups():
     a = load_arch("arch-a")
     groups, slices = gemm_slices(a, 8192, 1024)
-    assert groups == 1 and len(slices) == 64 and slices[0].crossbars == 64
+    # one 128 x 1024 tile = 64 crossbars: one tile per core, 64 row groups of the full width
+    assert groups == 64 and len(slices) == 64 and slices[0].crossbars == 64
     c = load_arch("arch-c")
     groups, slices = gemm_slices(c, 8192, 1024)
-    # 512-row crossbars: 16 row tiles > 8 crossbars per core -> 2 row groups of 8 tiles;
-    # 1024 columns / 8 slices per weight = 128 weight columns per crossbar
-    assert groups == 2
-    assert {s.row_group for s in slices} == {0, 1}
-    assert all(s.crossbars == 8 for s in slices) and len(slices) == 16
+    # 512-row crossbars of 128 weight columns: a 512 x 1024 tile is 8 crossbars = one core
+    assert groups == 16 and all(s.crossbars == 8 and s.c1 == 1024 for s in slices)
+
+
+def test_reduce_links_binomial_tree():
+    from raptor.spatial.ir import ComputeNode, NodeKind, SpatialGraph
+
+    arch = load_arch("arch-a")
+    sg = TilingPass().apply(arch, build_spatial(load_graph(toy_convnet()), arch.element_bytes))
+    ly = next(ly for ly in sg.layers if ly.rows)
+    from dataclasses import replace
+
+    sg = replace(sg, layers=[replace(ly, row_groups=5) if x is ly else x for x in sg.layers])
+    nodes = [
+        ComputeNode(g, ly.index, NodeKind.MVM, 0, 1, 0, ly.cols, 0, ly.rows, g, 0, 1, core=10 + g)
+        for g in range(5)
+    ]
+    links = SpatialGraph.reduce_links(replace(sg, nodes=nodes))
+    # 0 <- 1, 2, 4; 2 <- 3; root 0 stores
+    assert links[0] == ((11, 12, 14), -1)
+    assert links[1] == ((), 10) and links[2] == ((13,), 10)
+    assert links[3] == ((), 12) and links[4] == ((), 10)
 
 
 def test_split_range_even():

@@ -1,7 +1,8 @@
 """Code generation: host layout, per-core streams, array groups, weights, memory image, meta.
 
 Every non-empty core's stream is: setbw (ibiw = obiw = activation bits), sldi r0 0, its credit
-syncs, then its nodes in program order, each wrapped in its wait/sync tokens. Array groups are
+syncs, then its nodes in program order, each wrapped in its wait/sync tokens, then its end-of-round
+credit waits. Array groups are
 allocated per node and row tile; weight matrices are deduplicated by (layer, rows, columns), so
 replicas share one matrix. A stream never ends in a scalar/setbw (pimsim-nn would not finish it).
 """
@@ -56,7 +57,7 @@ def generate(
         raise PassFailedError(
             f"host memory needs {host_bytes} bytes, {arch.name} global memory has {arch.global_memory.memory_size}"
         )
-    ctx = LowerCtx(arch, sg, address)
+    ctx = LowerCtx(arch, sg, address, sg.reduce_links())
     by_core = sg.nodes_by_core()
     n_cores = arch.core_count
     cores: list[np.ndarray] = []
@@ -97,6 +98,7 @@ def generate(
             local_peak[core] = max(local_peak[core], peak)
             blocks.append(code)
             blocks += token_records(sg.tokens_after.get(n.id, []))
+        blocks += token_records(sg.tokens_end.get(core, []))
         if sum(ags) > arch.crossbars_per_core:
             raise PassFailedError(
                 f"core {core} needs {sum(ags)} crossbars, {arch.name} cores have {arch.crossbars_per_core}"

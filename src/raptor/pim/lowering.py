@@ -8,12 +8,14 @@ rd offset), so an ld or st is one record per lane.
 
 MVM node, per output pixel: ld each in-bounds kernel-row segment into the local window (padding
 is zeroed once per padding class with lldi), one mvmul per row tile into partial-sum buffers,
-vvadd reduction, vvadd bias, activation, st of the column slice into the output pixel.
+vvadd reduction; a row group of a multi-group layer then recv's and vvadd's the partial sums of
+its reduction subtrees (ir.SpatialGraph.reduce_links) and sends its sum to its parent; the root
+(or only) group adds bias, applies the activation and st's the column slice into the pixel.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -83,6 +85,7 @@ class LowerCtx:
     arch: Arch
     sg: SpatialGraph
     address: dict[str, int]  # host buffer -> byte address
+    links: dict[int, tuple[tuple[int, ...], int]] = field(default_factory=dict)  # reduce_links
 
     @property
     def eb(self) -> int:
@@ -218,16 +221,16 @@ def lower_mvm(ctx: LowerCtx, node: ComputeNode, ag_base: int, alloc: LocalAlloca
     layer = ctx.sg.layers[node.layer]
     cols = node.c1 - node.c0
     tiles = row_tiles(arch, node.r0, node.r1)
+    srcs, dst_core = ctx.links.get(node.id, ((), -1))
     win = alloc.alloc((node.r1 - node.r0) * eb, "window")
     ps_a = alloc.alloc(cols * eb, "psum")
-    ps_b = alloc.alloc(cols * eb, "psum2") if len(tiles) > 1 or layer.activation == "silu" else None
-    grouped = layer.row_groups > 1
+    need_b = len(tiles) > 1 or layer.activation == "silu" or bool(srcs)
+    ps_b = alloc.alloc(cols * eb, "psum2") if need_b else None
+    last = dst_core < 0  # the root row group (or the only one) finishes the pixel
     pro: list[np.ndarray] = [_sldi(R_IN0, ctx.address[layer.inputs[0].buffer])]
     regs = Regs(pro)
     out = layer.output
-    if grouped:
-        pro.append(_sldi(R_OUT, ctx.address[layer.scratch]))
-    else:
+    if last:
         pro.append(_sldi(R_OUT, ctx.address[out.buffer]))
         bias = alloc.alloc(cols * eb, "bias")
         pro.append(_sldi(R_CONST, ctx.address[layer.bias_buffer]))
@@ -291,14 +294,16 @@ def lower_mvm(ctx: LowerCtx, node: ComputeNode, ag_base: int, alloc: LocalAlloca
                 )
                 if t > 0:
                     _vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
-            p = sub.pixels
-            if grouped:
-                host = ((p * layer.row_groups + node.row_group) * layer.cols + node.c0) * eb
+            for src in srcs:  # add the partial sums of the subtrees
+                b.add(Opcode.RECV, rd=regs.loc(ps_b, b), r2_or_imm=src, generic3=cols * eb)
+                _vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
+            if not last:
+                b.add(Opcode.SEND, rd=regs.loc(ps_a, b), r2_or_imm=dst_core, generic3=cols * eb)
             else:
                 _vv(b, regs, Opcode.VVADD, ps_a, ps_a, bias, cols)
                 _activation(b, regs, layer.activation, ps_a, ps_b, cols)
-                host = (out.channel_offset + p * out.pixel_stride + node.c0) * eb
-            _st(b, regs, ps_a, host, cols * eb)
+                host = (out.channel_offset + sub.pixels * out.pixel_stride + node.c0) * eb
+                _st(b, regs, ps_a, host, cols * eb)
             parts.append((np.flatnonzero(lanes_mask), len(b.slots), b.build()))
         blocks += regs.flush() + zero + [_merge_lanes(parts)]
     return concat(blocks)
@@ -427,42 +432,6 @@ def lower_elementwise(ctx: LowerCtx, node: ComputeNode, alloc: LocalAllocator) -
     return concat(blocks)
 
 
-def lower_reduce(ctx: LowerCtx, node: ComputeNode, alloc: LocalAllocator) -> np.ndarray:
-    """Add the row-group partial sums of pixels p0..p1, + bias, activation, st."""
-    eb = ctx.eb
-    layer = ctx.sg.layers[node.layer]
-    out, g, n = layer.output, layer.row_groups, layer.cols
-    pro: list[np.ndarray] = [
-        _sldi(R_IN0, ctx.address[layer.scratch]),
-        _sldi(R_OUT, ctx.address[out.buffer]),
-        _sldi(R_CONST, ctx.address[layer.bias_buffer]),
-    ]
-    regs = Regs(pro)
-    buf = alloc.alloc(g * n * eb, "partials")
-    tmp = alloc.alloc(n * eb, "tmp")
-    bias = alloc.alloc(n * eb, "bias")
-    pro.append(
-        make(
-            Opcode.LD,
-            rd=regs.loc(bias),
-            r1=R_CONST,
-            generic1=OFFSET_RS1,
-            generic2=0,
-            generic3=n * eb,
-        )
-    )
-    p = np.arange(node.p0, node.p1, dtype=np.int64)
-    b = Block(len(p))
-    _ld(b, regs, buf, R_IN0, p * g * n * eb, g * n * eb)
-    for k in range(1, g):
-        _vv(b, regs, Opcode.VVADD, buf, buf, buf + k * n * eb, n)
-    _vv(b, regs, Opcode.VVADD, buf, buf, bias, n)
-    _activation(b, regs, layer.activation, buf, tmp, n)
-    _st(b, regs, buf, (out.channel_offset + p * out.pixel_stride) * eb, n * eb)
-    built = b.build()
-    return concat(regs.flush() + [built])
-
-
 def lower_node(ctx: LowerCtx, node: ComputeNode, ag_base: int) -> tuple[np.ndarray, int]:
     """Instructions of one node and its local-memory peak (bytes)."""
     layer = ctx.sg.layers[node.layer]
@@ -471,8 +440,6 @@ def lower_node(ctx: LowerCtx, node: ComputeNode, ag_base: int) -> tuple[np.ndarr
     )
     if node.kind == NodeKind.MVM:
         code = lower_mvm(ctx, node, ag_base, alloc)
-    elif node.kind == NodeKind.REDUCE:
-        code = lower_reduce(ctx, node, alloc)
     elif layer.kind in (LayerKind.MAXPOOL, LayerKind.AVGPOOL):
         code = lower_pool(ctx, node, alloc)
     else:

@@ -45,6 +45,18 @@ def _vec_ns(arch: Arch, length: int, operands: int = 2) -> float:
     )
 
 
+def _noc_ns(arch: Arch, nbytes: int) -> float:
+    """A send/recv of nbytes to a neighbour: local read/write plus flits at one hop."""
+    lm = arch.core.local_memory
+    flits = -(-nbytes // arch.noc.bus_width)
+    return (
+        memory_latency_ns(lm, nbytes, False)
+        + memory_latency_ns(lm, nbytes, True)
+        + (flits + 2) * (arch.noc.base_latency_ns + arch.noc.hop_latency_ns)
+        + INSTRUCTION_OVERHEAD_NS
+    )
+
+
 def mvm_ns(arch: Arch) -> float:
     """One MVM on an array group: compute plus pimsim-nn's local-memory read of its input."""
     bits = arch.activation_bits
@@ -56,7 +68,7 @@ def mvm_ns(arch: Arch) -> float:
     )
 
 
-def lane_ns(arch: Arch, layer: Layer, node: ComputeNode, row_groups: int = 1) -> float:
+def lane_ns(arch: Arch, layer: Layer, node: ComputeNode) -> float:
     """Estimated time of one lane (output pixel) of `node`."""
     eb = arch.element_bytes
     cols = node.c1 - node.c0
@@ -68,13 +80,14 @@ def lane_ns(arch: Arch, layer: Layer, node: ComputeNode, row_groups: int = 1) ->
         t = kh * _ld_ns(arch, seg * eb)
         tiles = math.ceil(rows / arch.matrix.rows)
         t += tiles * mvm_ns(arch) + (tiles - 1) * _vec_ns(arch, cols)
-        if layer.row_groups == 1:
-            t += (1 + act) * _vec_ns(arch, cols)
-        return t + _st_ns(arch, cols * eb)
+        g, k, fan_in = node.row_group, 1, 0  # reduction tree (ir.SpatialGraph.reduce_links)
+        while g % (2 * k) == 0 and g + k < layer.row_groups:
+            fan_in, k = fan_in + 1, 2 * k
+        t += fan_in * (_noc_ns(arch, cols * eb) + _vec_ns(arch, cols))
+        if g > 0:  # send to the parent
+            return t + _noc_ns(arch, cols * eb)
+        return t + (1 + act) * _vec_ns(arch, cols) + _st_ns(arch, cols * eb)
     c = layer.output.channels
-    if node.kind == NodeKind.REDUCE:
-        g = layer.row_groups
-        return _ld_ns(arch, g * c * eb) + (g + act) * _vec_ns(arch, c) + _st_ns(arch, c * eb)
     if layer.kind in (LayerKind.MAXPOOL, LayerKind.AVGPOOL):
         kh, kw = layer.kernel_shape
         t = (
@@ -105,7 +118,8 @@ def lane_bus_ns(arch: Arch, layer: Layer, node: ComputeNode) -> float:
         sw = layer.strides[1]
         rows = node.r1 - node.r0
         seg = max(1, rows // kh) * (min(sw, kw) / kw)  # sliding windows load only new columns
-        return kh * ml(gm, int(seg * eb), False) + ml(gm, cols * eb, True)
+        st = ml(gm, cols * eb, True) if node.row_group == 0 else 0.0
+        return kh * ml(gm, int(seg * eb), False) + st
     c = layer.output.channels
     kh, kw = layer.kernel_shape
     n_in = len(layer.inputs) if layer.kind in (LayerKind.ADD, LayerKind.ACT) else 1

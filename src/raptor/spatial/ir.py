@@ -161,6 +161,7 @@ class SpatialGraph:
     tokens_before: dict[int, list[SyncToken]] = field(default_factory=dict)
     tokens_after: dict[int, list[SyncToken]] = field(default_factory=dict)
     tokens_start: dict[int, list[SyncToken]] = field(default_factory=dict)
+    tokens_end: dict[int, list[SyncToken]] = field(default_factory=dict)  # close each round
     const_values: dict[str, np.ndarray] = field(default_factory=dict)
     replication: dict[str, int] = field(default_factory=dict)
     notes: dict[str, object] = field(default_factory=dict)
@@ -175,6 +176,27 @@ class SpatialGraph:
             self.nodes, key=lambda n: (n.layer, n.kind == NodeKind.REDUCE, n.p0, n.c0, n.r0)
         ):
             out.setdefault(n.core, []).append(n)
+        return out
+
+    def reduce_links(self) -> dict[int, tuple[tuple[int, ...], int]]:
+        """Row-group reduction tree of every MVM node of a multi-group layer: (cores it receives
+        partial sums from, in order; core it sends its sum to, -1 for the root). The groups of one
+        (layer, replica, column slice) form a binomial tree rooted at group 0: group g receives
+        from g + 2^k for every k with g % 2^(k+1) == 0 (ascending k), then sends to g - lowbit(g)."""
+        trees: dict[tuple[int, int, int], dict[int, ComputeNode]] = {}
+        for n in self.nodes:
+            if n.kind == NodeKind.MVM and self.layers[n.layer].row_groups > 1:
+                trees.setdefault((n.layer, n.replica, n.c0), {})[n.row_group] = n
+        out = {}
+        for tree in trees.values():
+            size = len(tree)
+            for g, n in tree.items():
+                srcs, k = [], 1
+                while g % (2 * k) == 0 and g + k < size:
+                    srcs.append(tree[g + k].core)
+                    k *= 2
+                dst = tree[g - (g & -g)].core if g else -1
+                out[n.id] = (tuple(srcs), dst)
         return out
 
     def verify(self) -> None:
@@ -208,6 +230,18 @@ class SpatialGraph:
                 raise IRVerifyError(
                     f"node {n.id} of {layer.name} is on core {n.core}, chip has {self.core_count}"
                 )
+        if self.core_count:
+            # a core runs its nodes one after another, so two nodes of one layer's reduction trees
+            # on one core could wait on each other's rendezvous: at most one per core and layer
+            seen: set[tuple[int, int]] = set()
+            for n in self.nodes:
+                if n.kind == NodeKind.MVM and self.layers[n.layer].row_groups > 1:
+                    if (n.core, n.layer) in seen:
+                        raise IRVerifyError(
+                            f"core {n.core} holds two row-group reduction nodes of layer "
+                            f"{self.layers[n.layer].name}"
+                        )
+                    seen.add((n.core, n.layer))
         # every output pixel x column of each layer is produced exactly once per row group
         for layer in self.layers:
             mine = [n for n in self.nodes if n.layer == layer.index and n.kind != NodeKind.REDUCE]

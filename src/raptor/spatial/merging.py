@@ -2,7 +2,8 @@
 
 `pack_balanced`: nodes by decreasing crossbars, then decreasing estimated time, each to the
 least-loaded core that still has the crossbars it needs. `pack_plain` is the unplanned baseline:
-nodes in program order, first fit by crossbars (vector nodes stay on the current core).
+nodes in program order, first fit by crossbars (vector nodes stay on the current core). Both keep
+at most one node of a layer's row-group chains per core (ir.SpatialGraph.verify says why).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ def _no_room(arch: Arch, node: ComputeNode, used: np.ndarray) -> PassFailedError
     )
 
 
+def _chain_layers(nodes: list[ComputeNode]) -> set[int]:
+    return {n.layer for n in nodes if n.row_group > 0}
+
+
 def pack_balanced(
     arch: Arch, nodes: list[ComputeNode], times: np.ndarray
 ) -> tuple[list[ComputeNode], np.ndarray]:
@@ -31,14 +36,20 @@ def pack_balanced(
     load = np.zeros(cores)
     used = np.zeros(cores, dtype=np.int64)
     placed: list[ComputeNode | None] = [None] * len(nodes)
+    chain = _chain_layers(nodes)
+    holds: dict[int, np.ndarray] = {i: np.zeros(cores, bool) for i in chain}
     # big crossbar users first (bin-packing feasibility), then by time (load balance)
     order = np.lexsort((-times, -np.array([n.crossbars for n in nodes])))
     for k in order:
         n = nodes[k]
         ok = used + n.crossbars <= cap
+        if n.layer in holds:
+            ok &= ~holds[n.layer]
         if not ok.any():
             raise _no_room(arch, n, used)
         c = int(np.argmin(np.where(ok, load, np.inf)))
+        if n.layer in holds:
+            holds[n.layer][c] = True
         load[c] += times[k]
         used[c] += n.crossbars
         placed[k] = replace(n, core=c)
@@ -48,11 +59,16 @@ def pack_balanced(
 def pack_plain(arch: Arch, nodes: list[ComputeNode]) -> list[ComputeNode]:
     """First fit in node order: move to the next core when the crossbars run out."""
     cap = arch.crossbars_per_core
+    chain = _chain_layers(nodes)
     core, used = 0, 0
+    held: set[int] = set()  # chain layers with a node on the current core
     out = []
     for n in nodes:
-        if used + n.crossbars > cap:
+        if used + n.crossbars > cap or (n.layer in chain and n.layer in held):
             core, used = core + 1, 0
+            held = set()
+        if n.layer in chain:
+            held.add(n.layer)
         if core >= arch.core_count:
             raise _no_room(arch, n, np.full(arch.core_count, cap))
         used += n.crossbars

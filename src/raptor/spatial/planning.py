@@ -173,15 +173,13 @@ def estimates(arch: Arch, sg: SpatialGraph) -> dict:
         t = node_ns(arch, ly, n)
         layer_ns[ly.name] = max(layer_ns.get(ly.name, 0.0), t)
         core_ns[n.core] += t
-        buf = ly.scratch if (n.kind == NodeKind.MVM and ly.row_groups > 1) else ly.output.buffer
-        writers.setdefault(buf, []).append(n.core)
+        if n.kind != NodeKind.MVM or n.row_group == 0:
+            writers.setdefault(ly.output.buffer, []).append(n.core)
     hops = hop_matrix(arch)
     hop_bytes = 0.0
     for n in sg.nodes:
         ly = sg.layers[n.layer]
-        if n.kind == NodeKind.REDUCE:
-            reads = [(ly.scratch, n.lanes * ly.row_groups * ly.cols * eb)]
-        elif n.kind == NodeKind.MVM:
+        if n.kind == NodeKind.MVM:
             reads = [(ly.inputs[0].buffer, n.lanes * (n.r1 - n.r0) * eb)]
         else:
             reads = [

@@ -1,11 +1,15 @@
 """Conv -> GEMM tiling: split each weight layer into array groups and compute nodes.
 
-Rows K = kh*kw*cin (the NHWC window order) are cut into row tiles of at most one crossbar's rows;
-each (row tile, column slice) is one array group of `arch.crossbars_for(rows, cols)` physical
-crossbars. A node's column slice is the widest that fits one core with all its row tiles. If even
-one column group of all row tiles exceeds a core, rows are split into row groups whose partial
-sums go to a host scratch buffer, added by a REDUCE node (+bias, activation). Vector layers get one
-node over all pixels; planning re-splits pixel ranges later.
+Rows K = kh*kw*cin (the NHWC window order) are cut into row tiles of one crossbar's rows; each
+(row tile, column slice) is one array group of `arch.crossbars_for(rows, cols)` physical
+crossbars. One MVM costs the same whatever the array group's width (pimsim-nn runs its crossbars
+in parallel) and a core runs one instruction at a time, so array groups span as many columns as
+fit: the column slice is the full width unless one row tile at full width exceeds a core (then
+the fewest equal slices that fit). The row tiles of a slice are cut into row groups of as many
+tiles as fit one core; the row groups of one (replica, slice) add their partial sums over the NoC
+in a binomial tree (ir.SpatialGraph.reduce_links: send/recv + vvadd, no host round trip); the
+root, group 0, adds bias, applies the activation and stores. Vector layers
+get one node over all pixels; planning re-splits pixel ranges later.
 """
 
 from __future__ import annotations
@@ -40,17 +44,18 @@ def row_tiles(arch: Arch, r0: int, r1: int) -> list[tuple[int, int]]:
 
 
 def gemm_slices(arch: Arch, rows: int, cols: int) -> tuple[int, list[Slice]]:
-    """(row groups, slices) of a rows x cols weight matrix."""
+    """(row groups, slices) of a rows x cols weight matrix: full-width array groups, row groups
+    of as many row tiles as fit one core (module docstring)."""
     xr, wpc, cpc = arch.matrix.rows, arch.weights_per_crossbar_row, arch.crossbars_per_core
     tiles = math.ceil(rows / xr)
-    groups = math.ceil(tiles / cpc)
-    tiles_per_group = math.ceil(tiles / groups)
-    width = min(cols, wpc * max(1, cpc // tiles_per_group))
-    n_slices = math.ceil(cols / width)
-    width = min(cols, math.ceil(math.ceil(cols / n_slices) / wpc) * wpc)  # balance slice widths
+    n_slices = math.ceil(arch.crossbars_for(min(rows, xr), cols) / cpc)
+    width = min(cols, math.ceil(math.ceil(cols / n_slices) / wpc) * wpc)
+    per_tile = arch.crossbars_for(min(rows, xr), width)
+    groups = math.ceil(tiles / max(1, cpc // per_tile))
+    bounds = [round(tiles * g / groups) for g in range(groups + 1)]  # balanced tiles per group
     out = []
     for g in range(groups):
-        r0, r1 = g * tiles_per_group * xr, min(rows, (g + 1) * tiles_per_group * xr)
+        r0, r1 = bounds[g] * xr, min(rows, bounds[g + 1] * xr)
         for c0 in range(0, cols, width):
             c1 = min(cols, c0 + width)
             xb = sum(arch.crossbars_for(b - a, c1 - c0) for a, b in row_tiles(arch, r0, r1))
@@ -69,7 +74,8 @@ def make_nodes(
     sg: SpatialGraph, arch: Arch, replicas: dict[int, int], splits: dict[int, int]
 ) -> list[ComputeNode]:
     """Nodes of every layer: GEMM layers get `replicas[i]` copies of their slices over even pixel
-    ranges; vector layers and REDUCE steps are split into `splits[i]` pixel ranges."""
+    ranges (all row groups of a replica share its range); vector layers are split into
+    `splits[i]` pixel ranges."""
     nodes: list[ComputeNode] = []
     for layer in sg.layers:
         i = layer.index
@@ -93,9 +99,6 @@ def make_nodes(
                             s.crossbars,
                         )
                     )
-            if layer.row_groups > 1:
-                for p0, p1 in split_range(layer.out_pixels, splits.get(i, 1)):
-                    nodes.append(ComputeNode(len(nodes), i, NodeKind.REDUCE, p0, p1, 0, layer.cols))
         else:
             for p0, p1 in split_range(layer.out_pixels, splits.get(i, 1)):
                 nodes.append(ComputeNode(len(nodes), i, NodeKind.VECTOR, p0, p1, 0, layer.cols))
@@ -112,8 +115,9 @@ def crossbars_needed(sg: SpatialGraph, arch: Arch) -> int:
 
 @dataclass(frozen=True)
 class TilingPass:
-    """Tile every GEMM layer onto crossbars (one replica); adds row-group scratch buffers and the
-    reciprocal-count constants of average pools. Fails if the model needs more crossbars than the chip."""
+    """Tile every GEMM layer onto crossbars (one replica); records row groups (NoC reduction
+    trees) and adds the reciprocal-count constants of average pools. Fails if the model needs
+    more crossbars than the chip."""
 
     name: ClassVar[str] = "conv-to-gemm-tiling"
 
@@ -124,11 +128,7 @@ class TilingPass:
             if layer.kind == LayerKind.GEMM:
                 groups, _ = gemm_slices(arch, layer.rows, layer.cols)
                 if groups > 1:
-                    name = f"{layer.name}.partials"
-                    buffers[name] = Buffer(
-                        name, layer.out_pixels * groups * layer.cols * eb, BufferRole.SCRATCH
-                    )
-                    layers[i] = replace(layer, row_groups=groups, scratch=name)
+                    layers[i] = replace(layer, row_groups=groups)
             elif layer.kind == LayerKind.AVGPOOL:
                 name = f"{layer.name}.recip"
                 counts = pool_counts(layer)
