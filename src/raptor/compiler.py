@@ -54,11 +54,13 @@ def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> 
 
     from raptor.pim.codegen import generate
     from raptor.spatial.build import build_spatial
+    from raptor.spatial.fusion import ResidualFusionPass
     from raptor.spatial.planning import SpatialPlanningPass, estimates, plain_assignment
     from raptor.spatial.sync import SynchronizationPass
     from raptor.spatial.tiling import TilingPass
 
     sg = timed("build-spatial", build_spatial, graph, arch.element_bytes)
+    sg = timed(ResidualFusionPass.name, ResidualFusionPass().apply, sg)
     sg = timed(TilingPass.name, TilingPass().apply, arch, sg)
     if opts.disable_spatial_planning:
         sg = timed("plain-assignment", plain_assignment, arch, sg)

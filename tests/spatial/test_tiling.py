@@ -1,6 +1,5 @@
 """Tiling counts by hand, and the model-too-big error."""
 
-import math
 import sys
 from pathlib import Path
 

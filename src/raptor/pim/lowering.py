@@ -10,7 +10,8 @@ MVM node, per output pixel: ld each in-bounds kernel-row segment into the local 
 is zeroed once per padding class with lldi), one mvmul per row tile into partial-sum buffers,
 vvadd reduction; a row group of a multi-group layer then recv's and vvadd's the partial sums of
 its reduction subtrees (ir.SpatialGraph.reduce_links) and sends its sum to its parent; the root
-(or only) group adds bias, applies the activation and st's the column slice into the pixel.
+(or only) group adds bias (and a fused residual, spatial/fusion.py), applies the activation and
+st's the column slice into the pixel.
 """
 
 from __future__ import annotations
@@ -224,12 +225,15 @@ def lower_mvm(ctx: LowerCtx, node: ComputeNode, ag_base: int, alloc: LocalAlloca
     srcs, dst_core = ctx.links.get(node.id, ((), -1))
     win = alloc.alloc((node.r1 - node.r0) * eb, "window")
     ps_a = alloc.alloc(cols * eb, "psum")
-    need_b = len(tiles) > 1 or layer.activation == "silu" or bool(srcs)
+    residual = layer.inputs[1] if len(layer.inputs) > 1 and dst_core < 0 else None
+    need_b = len(tiles) > 1 or layer.activation == "silu" or bool(srcs) or residual is not None
     ps_b = alloc.alloc(cols * eb, "psum2") if need_b else None
     last = dst_core < 0  # the root row group (or the only one) finishes the pixel
     pro: list[np.ndarray] = [_sldi(R_IN0, ctx.address[layer.inputs[0].buffer])]
     regs = Regs(pro)
     out = layer.output
+    if residual is not None:
+        pro.append(_sldi(R_IN1, ctx.address[residual.buffer]))
     if last:
         pro.append(_sldi(R_OUT, ctx.address[out.buffer]))
         bias = alloc.alloc(cols * eb, "bias")
@@ -301,6 +305,11 @@ def lower_mvm(ctx: LowerCtx, node: ComputeNode, ag_base: int, alloc: LocalAlloca
                 b.add(Opcode.SEND, rd=regs.loc(ps_a, b), r2_or_imm=dst_core, generic3=cols * eb)
             else:
                 _vv(b, regs, Opcode.VVADD, ps_a, ps_a, bias, cols)
+                if residual is not None:  # fused Add (spatial/fusion.py)
+                    rv = residual
+                    r_host = (rv.channel_offset + sub.pixels * rv.pixel_stride + node.c0) * eb
+                    _ld(b, regs, ps_b, R_IN1, r_host, cols * eb)
+                    _vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
                 _activation(b, regs, layer.activation, ps_a, ps_b, cols)
                 host = (out.channel_offset + sub.pixels * out.pixel_stride + node.c0) * eb
                 _st(b, regs, ps_a, host, cols * eb)

@@ -86,6 +86,8 @@ def lane_ns(arch: Arch, layer: Layer, node: ComputeNode) -> float:
         t += fan_in * (_noc_ns(arch, cols * eb) + _vec_ns(arch, cols))
         if g > 0:  # send to the parent
             return t + _noc_ns(arch, cols * eb)
+        if len(layer.inputs) > 1:  # fused residual add
+            t += _ld_ns(arch, cols * eb) + _vec_ns(arch, cols)
         return t + (1 + act) * _vec_ns(arch, cols) + _st_ns(arch, cols * eb)
     c = layer.output.channels
     if layer.kind in (LayerKind.MAXPOOL, LayerKind.AVGPOOL):
@@ -118,7 +120,9 @@ def lane_bus_ns(arch: Arch, layer: Layer, node: ComputeNode) -> float:
         sw = layer.strides[1]
         rows = node.r1 - node.r0
         seg = max(1, rows // kh) * (min(sw, kw) / kw)  # sliding windows load only new columns
-        st = ml(gm, cols * eb, True) if node.row_group == 0 else 0.0
+        st = 0.0
+        if node.row_group == 0:
+            st = ml(gm, cols * eb, True) + (len(layer.inputs) - 1) * ml(gm, cols * eb, False)
         return kh * ml(gm, int(seg * eb), False) + st
     c = layer.output.channels
     kh, kw = layer.kernel_shape

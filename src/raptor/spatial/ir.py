@@ -78,7 +78,8 @@ class TensorView:
 class Layer:
     """One layer of the network after lowering to the spatial form.
 
-    GEMM: `weight` is (K, N) with K = kh*kw*cin rows in (kh, kw, cin) order; `bias` (N,).
+    GEMM: `weight` is (K, N) with K = kh*kw*cin rows in (kh, kw, cin) order; `bias` (N,); an
+    optional `inputs[1]` is a residual added after the bias (a fused Add, spatial/fusion.py).
     Pools/Add/ACT: no weights. `activation`: None | "relu" | "sigmoid" | "silu"."""
 
     index: int

@@ -43,6 +43,8 @@ def node_writes(sg: SpatialGraph, n: ComputeNode) -> str | None:
 
 def node_reads(sg: SpatialGraph, n: ComputeNode) -> list[str]:
     ly = sg.layers[n.layer]
+    if n.kind == NodeKind.MVM and n.row_group > 0:
+        return [ly.inputs[0].buffer]  # only the root row group reads a fused residual
     return list(dict.fromkeys(v.buffer for v in ly.inputs))
 
 
