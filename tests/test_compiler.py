@@ -122,3 +122,18 @@ def test_row_group_reduction_tree_values(plan, mode, pipeline):
     assert max(errs) < 1e-3
     ops = res.report["instructions_by_opcode"]
     assert ops.get("send", 0) > 0 and ops["send"] == ops["recv"]
+
+
+def test_throughput_pipeline_beats_one_over_latency():
+    """End-of-round credits let round r+1 of a producer overlap round r of its consumers."""
+    _, lat, _ = _run(toy_resnet(), CompileOptions())
+    _, thr, errs = _run(toy_resnet(), CompileOptions(mode="throughput", pipeline=4))
+    assert max(errs) < 1e-3
+    assert thr.throughput_per_s >= 1e9 / lat.latency_ns
+
+
+def test_residual_add_is_fused_into_the_conv():
+    res, _, errs = _run(toy_resnet(), CompileOptions())
+    assert max(errs) < 1e-3
+    names = res.report["estimated_layer_ns"]
+    assert not any("add" in k.lower() for k in names)  # the Add became the conv's epilogue
