@@ -59,7 +59,7 @@ def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> 
     from raptor.spatial.sync import SynchronizationPass
     from raptor.spatial.tiling import TilingPass
 
-    sg = timed("build-spatial", build_spatial, graph, arch.element_bytes)
+    sg = timed("build-spatial", build_spatial, graph, arch.element_bytes, arch.matrix.rows)
     sg = timed(ResidualFusionPass.name, ResidualFusionPass().apply, sg)
     sg = timed(TilingPass.name, TilingPass().apply, arch, sg)
     # Both modes plan for the shortest layer steps: with one host buffer per tensor the pipeline
@@ -119,9 +119,38 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "estimated_layer_ns": {k: round(v, 1) for k, v in est["layer_ns"].items()},
         "estimated_core_ns_max": float(np.max(est["core_ns"])) if len(est["core_ns"]) else 0.0,
         "event_registers_max": sg.notes.get("event_registers", 0),
+        "depthwise_packing": _depthwise_report(arch, sg),
+        "pimsim_unsupported_ops": {
+            op: n for op, n in by_op.items() if op in PIMSIM_UNSUPPORTED and n
+        },
         "pass_time_s": times,
         "compile_time_s": round(sum(times.values()), 4),
         "options": asdict(opts),
+    }
+
+
+# Raptor extensions that pimsim-nn (HEAPLab fork) rejects: it has no opcode 21 (vsoftmax).
+PIMSIM_UNSUPPORTED = ("vsoftmax",)
+
+
+def _depthwise_report(arch, sg) -> dict[str, Any] | None:
+    """Crossbars of the block-diagonal depthwise packing vs one array group per channel."""
+    dw = sg.notes.get("depthwise")
+    if not dw:
+        return None
+    naive = packed = 0
+    for g in dw["groups"]:
+        c, k, per = g["channels"], g["kernel"], g["per_block"]
+        naive += c * arch.crossbars_for(k, 1)
+        full, rest = divmod(c, per)
+        packed += full * arch.crossbars_for(k * per, per)
+        packed += arch.crossbars_for(k * rest, rest) if rest else 0
+    return {
+        "convs": dw["convs"],
+        "channels_per_crossbar_block": sorted({g["per_block"] for g in dw["groups"]}),
+        "crossbars_naive": naive,
+        "crossbars_packed": packed,
+        "crossbars_saved": naive - packed,
     }
 
 

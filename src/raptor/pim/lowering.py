@@ -451,6 +451,10 @@ def lower_node(ctx: LowerCtx, node: ComputeNode, ag_base: int) -> tuple[np.ndarr
         code = lower_mvm(ctx, node, ag_base, alloc)
     elif layer.kind in (LayerKind.MAXPOOL, LayerKind.AVGPOOL):
         code = lower_pool(ctx, node, alloc)
+    elif layer.kind == LayerKind.TENSOR:
+        from raptor.pim.tensor_lowering import lower_tensor
+
+        code = lower_tensor(ctx, node, alloc)
     else:
         code = lower_elementwise(ctx, node, alloc)
     return code, alloc.top

@@ -89,6 +89,11 @@ def lane_ns(arch: Arch, layer: Layer, node: ComputeNode) -> float:
         if len(layer.inputs) > 1:  # fused residual add
             t += _ld_ns(arch, cols * eb) + _vec_ns(arch, cols)
         return t + (1 + act) * _vec_ns(arch, cols) + _st_ns(arch, cols * eb)
+    if layer.kind == LayerKind.TENSOR:
+        from raptor.spatial.tensor import lane_profile
+
+        lds, vecs, sts, n = lane_profile(layer.spec)
+        return lds * _ld_ns(arch, n * eb) + vecs * _vec_ns(arch, n) + sts * _st_ns(arch, n * eb)
     c = layer.output.channels
     if layer.kind in (LayerKind.MAXPOOL, LayerKind.AVGPOOL):
         kh, kw = layer.kernel_shape

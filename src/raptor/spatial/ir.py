@@ -25,6 +25,7 @@ class LayerKind(IntEnum):
     AVGPOOL = 2  # AveragePool and GlobalAveragePool
     ADD = 3
     ACT = 4  # standalone activation
+    TENSOR = 5  # generic vector-unit tensor op over strided views (raptor.spatial.tensor)
 
 
 class NodeKind(IntEnum):
@@ -97,6 +98,7 @@ class Layer:
     count_include_pad: bool = False
     row_groups: int = 1
     scratch: str | None = None  # buffer of row-group partial sums (pixels x groups x N)
+    spec: object | None = None  # TENSOR layers: a raptor.spatial.tensor.TensorSpec
 
     @property
     def rows(self) -> int:
