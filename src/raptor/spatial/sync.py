@@ -82,7 +82,7 @@ class SynchronizationPass:
 
         def new_event(core: int, buf: str) -> int:
             e = events[core]
-            if e >= NUM_EVENT_REGISTERS:
+            if e >= 4 * NUM_EVENT_REGISTERS:  # virtual ids, mapped onto registers below
                 raise PassFailedError(
                     f"synchronization: core {core} needs more than {NUM_EVENT_REGISTERS} event registers (at buffer {buf})"
                 )
@@ -128,8 +128,98 @@ class SynchronizationPass:
                     )
                     for c in others:
                         start.setdefault(c, []).append(SyncToken(c, "sync", ev, p, buf))
+        used = events
+        if max(events.values(), default=0) > NUM_EVENT_REGISTERS:
+            before, after, start, end, used = _reuse_events(sg, by_core, before, after, start, end)
         out = replace(
             sg, tokens_before=before, tokens_after=after, tokens_start=start, tokens_end=end
         )
-        out.notes = {**sg.notes, "event_registers": max(events.values(), default=0)}
+        out.notes = {**sg.notes, "event_registers": max(used.values(), default=0)}
         return out
+
+
+def _reuse_events(sg: SpatialGraph, by_core, before, after, start, end):
+    """Map virtual data events onto fewer registers: a register whose last wait was at a node of
+    layer L can serve a later wait whose producers all sit in strict descendants of L (their syncs
+    cannot arrive before that node ran, so they cannot satisfy the earlier wait). Credit events
+    (synced at program start or waited at the end of the round) keep registers of their own."""
+    from dataclasses import replace as _r
+
+    nl = len(sg.layers)
+    writes: dict[str, set[int]] = {}
+    for ly in sg.layers:
+        writes.setdefault(ly.output.buffer, set()).add(ly.index)
+    children: list[set[int]] = [set() for _ in range(nl)]
+    for ly in sg.layers:
+        for v in ly.inputs:
+            for w in writes.get(v.buffer, ()):
+                if w != ly.index:
+                    children[w].add(ly.index)
+    desc = [0] * nl
+    for i in range(nl - 1, -1, -1):
+        d = 0
+        for c in children[i]:
+            d |= (1 << c) | desc[c]
+        desc[i] = d
+    layer_of = {n.id: n.layer for n in sg.nodes}
+    producers: dict[tuple[int, int], int] = {}  # (reader core, virtual event) -> layer bitset
+    for nid, toks in after.items():
+        for t in toks:
+            if t.kind == "sync":
+                producers[t.value, t.event] = producers.get((t.value, t.event), 0) | (
+                    1 << layer_of[nid]
+                )
+    credit = {(t.value, t.event) for toks in start.values() for t in toks}
+    credit |= {(t.core, t.event) for toks in end.values() for t in toks}
+    # with credits, a producer may restart and sync a reused register again as soon as this core
+    # sent its credit (after its last read of the buffer): reuse only while that read is pending
+    piped = any(start.values()) or any(end.values())
+    buf_of = {(t.core, t.event): t.buffer for ts in before.values() for t in ts if t.kind == "wait"}
+    phys: dict[tuple[int, int], int] = {}
+    used: dict[int, int] = {}
+    for core, nodes in by_core.items():
+        at = {n.id: k for k, n in enumerate(nodes)}
+        last_read: dict[str, int] = {}
+        for n in nodes:
+            for b in node_reads(sg, n):
+                last_read[b] = at[n.id]
+        held: dict[int, list[str]] = {}
+        n_reg = 0
+        for c, e in sorted(k for k in credit if k[0] == core):
+            phys[c, e] = n_reg
+            n_reg += 1
+        last: list[tuple[int, int]] = []  # (register, layer of its last wait)
+        for n in nodes:
+            for t in before.get(n.id, []):
+                if t.kind != "wait" or (core, t.event) in credit:
+                    continue
+                need = producers.get((core, t.event), 0)
+                here = at[n.id]
+                for k, (r, ly) in enumerate(last):
+                    if need & ~desc[ly] == 0 and (
+                        not piped or all(last_read.get(b, -1) >= here for b in held[r])
+                    ):
+                        phys[core, t.event] = r
+                        last[k] = (r, n.layer)
+                        held[r].append(buf_of[core, t.event])
+                        break
+                else:
+                    if n_reg >= NUM_EVENT_REGISTERS:
+                        raise PassFailedError(
+                            f"synchronization: core {core} needs more than {NUM_EVENT_REGISTERS} event registers"
+                        )
+                    phys[core, t.event] = n_reg
+                    last.append((n_reg, n.layer))
+                    held[n_reg] = [buf_of[core, t.event]]
+                    n_reg += 1
+        used[core] = n_reg
+
+    def remap(toks: dict[int, list[SyncToken]]) -> dict[int, list[SyncToken]]:
+        out = {}
+        for k, ts in toks.items():
+            out[k] = [
+                _r(t, event=phys[(t.value if t.kind == "sync" else t.core), t.event]) for t in ts
+            ]
+        return out
+
+    return remap(before), remap(after), remap(start), remap(end), used
