@@ -42,7 +42,7 @@ r = res.report
 print(json.dumps({
     "size": size, "arch": arch_name, "mode": mode,
     "compile_s": round(compile_s, 2), "simulate_s": round(sim_s, 2),
-    "peak_rss_compile_mb": round(rss_c), 
+    "peak_rss_compile_mb": round(rss_c),
     "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     "instructions": r["instructions_total"], "cores": r["cores_used"],
     "crossbars": r["crossbars_used"], "depthwise": r["depthwise_packing"],

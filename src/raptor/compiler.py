@@ -120,6 +120,7 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "estimated_core_ns_max": float(np.max(est["core_ns"])) if len(est["core_ns"]) else 0.0,
         "event_registers_max": sg.notes.get("event_registers", 0),
         "depthwise_packing": _depthwise_report(arch, sg),
+        "inter_chip_bytes_estimate": _inter_chip_bytes(arch, sg),
         "pimsim_unsupported_ops": {
             op: n for op, n in by_op.items() if op in PIMSIM_UNSUPPORTED and n
         },
@@ -131,6 +132,21 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
 
 # Raptor extensions that pimsim-nn (HEAPLab fork) rejects: it has no opcode 21 (vsoftmax).
 PIMSIM_UNSUPPORTED = ("vsoftmax",)
+
+
+def _inter_chip_bytes(arch, sg) -> int:
+    """Host-memory bytes (ld + st) of nodes on chips other than chip 0, where the global memory
+    sits: every such byte crosses at least one inter-chip link."""
+    if arch.chips <= 1:
+        return 0
+    from raptor.arch.timing import global_memory_chip_hops
+    from raptor.spatial.cost import lane_profile_bytes
+
+    total = 0
+    for n in sg.nodes:
+        if global_memory_chip_hops(arch, n.core):
+            total += lane_profile_bytes(arch, sg.layers[n.layer], n) * n.lanes
+    return int(total)
 
 
 def _depthwise_report(arch, sg) -> dict[str, Any] | None:

@@ -104,26 +104,57 @@ def link_latency_ns(arch: Arch, src: int, dst: int) -> float:
     """Per-flit latency between two cores (or a core and global memory, id = switch id)."""
     n = arch.noc
     if src == n.global_memory_switch_id or dst == n.global_memory_switch_id:
-        return n.global_memory_latency_ns
-    hops, chip_hops = arch.hops(src, dst)
+        core = dst if src == n.global_memory_switch_id else src
+        gm_chips = global_memory_chip_hops(arch, core)
+        lat = n.global_memory_latency_ns
+        if gm_chips:
+            ic = arch.inter_chip
+            lat += gm_chips * (ic.latency_ns + n.bus_width / ic.bandwidth_gb_per_s)
+        return lat
+    hops, n_chip = arch.hops(src, dst)
     lat = n.base_latency_ns + n.hop_latency_ns * hops
-    if chip_hops and arch.inter_chip is not None:
+    if n_chip and arch.inter_chip is not None:
         ic = arch.inter_chip
-        lat += chip_hops * (ic.latency_ns + n.bus_width / ic.bandwidth_gb_per_s)
+        lat += n_chip * (ic.latency_ns + n.bus_width / ic.bandwidth_gb_per_s)
     return lat
 
 
+def global_memory_chip_hops(arch: Arch, core: int) -> int:
+    """Chip-to-chip hops between a core and the global memory, which sits at chip 0."""
+    if arch.chips <= 1 or arch.inter_chip is None or core < 0:
+        return 0
+    py, px = arch.chip_position(arch.core_position(core)[0])
+    return py + px
+
+
+def chip_hops(arch: Arch, src: int, dst: int) -> int:
+    """Chip-to-chip hops of a message (either end may be the global memory)."""
+    gm = arch.noc.global_memory_switch_id
+    if src == gm or dst == gm:
+        return global_memory_chip_hops(arch, dst if src == gm else src)
+    if arch.chips <= 1:
+        return 0
+    return arch.hops(src, dst)[1]
+
+
 def link_energy_pj(arch: Arch, src: int, dst: int) -> float:
-    """Per-flit energy between two endpoints (mesh flat 46 pJ; inter-chip adds link energy)."""
+    """Per-flit energy between two endpoints (mesh flat 46 pJ; inter-chip adds link energy, also
+    between a core and the global memory on chip 0)."""
     n = arch.noc
     e = n.flit_energy_pj
+    if arch.inter_chip is not None and (
+        src == n.global_memory_switch_id or dst == n.global_memory_switch_id
+    ):
+        ic = arch.inter_chip
+        hops = chip_hops(arch, src, dst)
+        return e + hops * ic.link_power_mw * (n.bus_width / ic.bandwidth_gb_per_s) / 1000.0
     if (
         src != n.global_memory_switch_id
         and dst != n.global_memory_switch_id
         and arch.inter_chip is not None
     ):
-        _, chip_hops = arch.hops(src, dst)
-        if chip_hops:
+        _, n_chip = arch.hops(src, dst)
+        if n_chip:
             ic = arch.inter_chip
-            e += chip_hops * ic.link_power_mw * (n.bus_width / ic.bandwidth_gb_per_s) / 1000.0
+            e += n_chip * ic.link_power_mw * (n.bus_width / ic.bandwidth_gb_per_s) / 1000.0
     return e

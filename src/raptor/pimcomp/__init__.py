@@ -27,7 +27,7 @@ from raptor.pimcomp.partition import partition
 from raptor.pimcomp.program import Plan, weight_tables
 from raptor.pimcomp.replication import replicate
 from raptor.spatial.build import build_spatial
-from raptor.spatial.ir import BufferRole, SpatialGraph
+from raptor.spatial.ir import BufferRole, LayerKind, SpatialGraph
 from raptor.spatial.sync import SynchronizationPass
 from raptor.spatial.tiling import TilingPass
 
@@ -35,6 +35,14 @@ from raptor.spatial.tiling import TilingPass
 def _spatial(graph: Graph, arch: Arch) -> SpatialGraph:
     """Raptor's host buffers and layers (+ average-pool reciprocals), without row groups."""
     sg = TilingPass().apply(arch, build_spatial(graph, arch.element_bytes))
+    tensor = [ly.name for ly in sg.layers if ly.kind == LayerKind.TENSOR]
+    if tensor:
+        from raptor.errors import UnsupportedOpError
+
+        raise UnsupportedOpError(
+            f"pimcomp: {len(tensor)} layers need the vector-unit tensor ops (attention MatMul, "
+            f"Softmax, Resize, DFL; first: {tensor[0]}); PIMCOMP supports none of them"
+        )
     layers = [replace(ly, row_groups=1, scratch=None) for ly in sg.layers]
     buffers = {k: b for k, b in sg.buffers.items() if b.role != BufferRole.SCRATCH}
     return replace(sg, layers=layers, buffers=buffers, nodes=[], core_count=arch.core_count)

@@ -140,6 +140,8 @@ def simulate(
         instructions_executed=sum(c.n for c in eng.cores) * rounds,
         wall_time_s=wall,
         cores_used=len(used),
+        inter_chip_bytes=int(eng.noc.inter_chip_bytes),
+        inter_chip_energy_pj=float(eng.noc.inter_chip_energy_pj),
     )
 
 

@@ -59,6 +59,8 @@ class SimReport:
     instructions_executed: int
     wall_time_s: float
     cores_used: int = 0
+    inter_chip_bytes: int = 0  # NoC bytes that crossed chips (core<->core and core<->global memory)
+    inter_chip_energy_pj: float = 0.0  # the inter-chip link share of the NoC energy
 
     @property
     def instructions_per_s(self) -> float:
@@ -77,6 +79,8 @@ class SimReport:
             "energy_breakdown_pj": self.energy.to_dict(),
             "instructions_executed": self.instructions_executed,
             "cores_used": self.cores_used,
+            "inter_chip_bytes": self.inter_chip_bytes,
+            "inter_chip_energy_pj": self.inter_chip_energy_pj,
             "wall_time_s": self.wall_time_s,
             "instructions_per_s": self.instructions_per_s,
             "outputs": [{k: list(v.shape) for k, v in o.items()} for o in self.outputs],

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from raptor.arch.loader import Arch
-from raptor.arch.timing import link_energy_pj, link_latency_ns
+from raptor.arch.timing import chip_hops, link_energy_pj, link_latency_ns
 
 
 class Noc:
@@ -26,15 +26,22 @@ class Noc:
         self.gm = arch.noc.global_memory_switch_id
         self.bus = arch.noc.bus_width
         self.switch_free = [0.0] * n_cores
-        self._link: dict[tuple[int, int], tuple[float, float]] = {}
+        self._link: dict[tuple[int, int], tuple[float, float, int, float]] = {}
         self.flits = 0
         self.energy_pj = 0.0
+        self.inter_chip_bytes = 0  # bytes that crossed a chip boundary (flits x bus width)
+        self.inter_chip_energy_pj = 0.0
 
-    def link(self, src: int, dst: int) -> tuple[float, float]:
+    def link(self, src: int, dst: int) -> tuple[float, float, int, float]:
         key = (src, dst)
         c = self._link.get(key)
         if c is None:
-            c = (link_latency_ns(self.arch, src, dst), link_energy_pj(self.arch, src, dst))
+            c = (
+                link_latency_ns(self.arch, src, dst),
+                link_energy_pj(self.arch, src, dst),
+                chip_hops(self.arch, src, dst),
+                link_energy_pj(self.arch, src, dst) - self.arch.noc.flit_energy_pj,
+            )
             self._link[key] = c
         return c
 
@@ -46,8 +53,11 @@ class Noc:
     ) -> float:
         """Queue a message on src's switch at time t; returns its arrival time at dst. The switch
         stays busy until arrival + hold_extra."""
-        lat, e = self.link(src, dst)
+        lat, e, ch, ech = self.link(src, dst)
         k = self.nflits(size_bytes)
+        if ch:
+            self.inter_chip_bytes += k * self.bus
+            self.inter_chip_energy_pj += k * ech
         free = self.switch_free[src]
         start = t if t > free else free
         arrival = start + k * lat

@@ -133,3 +133,18 @@ def lane_bus_ns(arch: Arch, layer: Layer, node: ComputeNode) -> float:
     kh, kw = layer.kernel_shape
     n_in = len(layer.inputs) if layer.kind in (LayerKind.ADD, LayerKind.ACT) else 1
     return n_in * kh * ml(gm, kw * c * eb, False) + ml(gm, c * eb, True)
+
+
+def lane_profile_bytes(arch: Arch, layer: Layer, node: ComputeNode) -> int:
+    """Approximate host-memory bytes (ld + st) of one lane of `node`."""
+    eb = arch.element_bytes
+    if layer.kind == LayerKind.TENSOR:
+        from raptor.spatial.tensor import lane_profile
+
+        lds, _, sts, n = lane_profile(layer.spec)
+        return (lds + sts) * n * eb
+    if node.kind == NodeKind.MVM:
+        return (node.r1 - node.r0 + node.c1 - node.c0) * eb
+    c = layer.output.channels
+    kh, kw = layer.kernel_shape
+    return (len(layer.inputs) * kh * kw * c + c) * eb
