@@ -59,13 +59,18 @@ def test_yolo11n_64_arch_a(plan):
     assert ops["vvdmul"] > 0 and ops["vsigm"] > 0 and ops["vmv"] > 0
 
 
-def test_yolo11n_64_tiny_multichip_throughput(tmp_path):
+def test_yolo11n_64_tiny_multichip(tmp_path):
     arch = _tiny_multichip(tmp_path)
-    report, rep, errs = _run(64, arch, CompileOptions(mode="throughput", pipeline=2))
+    report, rep, errs = _run(64, arch, CompileOptions())
     assert max(errs) < 1e-4
     assert report["inter_chip_bytes_estimate"] > 0
     assert rep.inter_chip_bytes > 0 and rep.inter_chip_energy_pj > 0
     assert report["depthwise_packing"]["channels_per_crossbar_block"] == [56]
+
+
+def test_yolo11n_64_arch_a_throughput():
+    _, rep, errs = _run(64, load_arch("arch-a"), CompileOptions(mode="throughput", pipeline=2))
+    assert max(errs) < 1e-4 and len(rep.deadlines_ns) == 2
 
 
 @pytest.mark.slow
