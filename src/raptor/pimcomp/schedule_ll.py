@@ -36,12 +36,13 @@ from raptor.pim.lowering import (
     window_segments,
     zero_runs,
 )
-from raptor.pim.memalloc import LocalAllocator
+from raptor.pimcomp.memory import PROLOGUE, Site, TimedAllocator, row_slots
 from raptor.pimcomp.program import KeyedStream, Plan
 from raptor.spatial.geometry import pool_counts, window_classes
 from raptor.spatial.ir import BufferRole, Layer, LayerKind, TensorView
 
 SUB = 1 << 26
+VECTOR_SHARE = 1 / 8  # of local memory a pool/Add/activation core may fill with live inputs
 
 
 def _key(step, stage: int, layer: int, phase: int, sub, n_layers: int) -> np.ndarray:
@@ -63,36 +64,71 @@ def _window_max(layer: Layer, grid: np.ndarray) -> np.ndarray:
     return out.reshape(-1)
 
 
+def _window_scatter_max(layer: Layer, out_steps: np.ndarray, h: int, w: int) -> np.ndarray:
+    """Per input pixel (h x w), the max of `out_steps` over the output pixels whose window
+    contains it (-1 if none): the inverse of _window_max."""
+    kh, kw = layer.kernel_shape
+    sh, sw = layer.strides
+    pt, pl, pb, pr = layer.pads
+    oh, ow = layer.output.height, layer.output.width
+    g = np.full((pt + h + pb + kh, pl + w + pr + kw), -1, np.int64)
+    s = out_steps.reshape(oh, ow)
+    for i in range(kh):
+        for j in range(kw):
+            view = g[i : i + sh * oh : sh, j : j + sw * ow : sw][:oh, :ow]
+            np.maximum(view, s, out=view)
+    return g[pt : pt + h, pl : pl + w].reshape(-1)
+
+
+def _first(kv):
+    return kv[0]
+
+
 class _LL:
     def __init__(self, plan: Plan):
         self.plan, self.arch, self.sg = plan, plan.arch, plan.sg
         self.eb = plan.arch.element_bytes
         self.nl = len(self.sg.layers)
         n = self.arch.core_count
-        self.alloc = [
-            LocalAllocator(self.arch.core.local_memory.memory_size, c, "pimcomp LL program")
+        self.mem = [
+            TimedAllocator(self.arch.core.local_memory.memory_size, c, "pimcomp LL program")
             for c in range(n)
         ]
+        self.biases: dict[tuple[int, int, int], int] = {}  # (core, layer, c0) -> local address
         self.pro: list[list[np.ndarray]] = [[] for _ in range(n)]
         self.regs = [Regs(self.pro[c]) for c in range(n)]
         self.ks = [KeyedStream() for _ in range(n)]
         self.used = [False] * n
         self.steps: dict[int, np.ndarray] = {}
-        # (layer, view index) -> {core: (local byte address, first view pixel, pixels)}
-        self.sites: dict[tuple[int, int], dict[int, tuple[int, int, int]]] = {}
+        self.vparts: dict[int, list[tuple[int, int, int]]] = {}  # vector layer -> parts
+        # (layer, view index) -> {(core, replica): its buffer of input pixels}
+        self.sites: dict[tuple[int, int], dict[tuple[int, int], Site]] = {}
         # layer -> list of (core, pixel array, source local address per pixel, c0, c1)
         self.produced: dict[int, list] = {}
 
     # ------------------------------------------------------------------ placement of inputs
-    def post_core(self, ly: Layer) -> int:
-        return ly.index % self.arch.core_count
-
-    def needed(self, ly: Layer, vi: int) -> dict[int, tuple[int, int]]:
-        """Cores that read view vi of layer ly and the view pixel range each needs."""
+    def needed(self, ly: Layer, vi: int) -> dict[tuple[int, int], tuple[int, int, np.ndarray]]:
+        """(core, replica) -> (first view pixel, pixels, output steps of the replica, -1 for the
+        other outputs): the whole rows of view vi that the replica's AGs on that core read."""
         v = ly.inputs[vi]
+        steps = self.steps[ly.index]
+        out = {}
         if ly.kind != LayerKind.GEMM:
-            return {self.post_core(ly): (0, v.pixels)}
-        out: dict[int, tuple[int, int]] = {}
+            for part, (c, q0, q1) in enumerate(self.vparts[ly.index]):
+                mine = np.full(ly.out_pixels, -1, np.int64)
+                mine[q0:q1] = steps[q0:q1]
+                if ly.kind in (LayerKind.ADD, LayerKind.ACT) or q1 - q0 == ly.out_pixels:
+                    lo, hi = (
+                        (q0, q1) if ly.kind in (LayerKind.ADD, LayerKind.ACT) else (0, v.pixels)
+                    )
+                else:
+                    ow = ly.output.width
+                    kh, sh, pt = ly.kernel_shape[0], ly.strides[0], ly.pads[0]
+                    y0 = max(0, (q0 // ow) * sh - pt)
+                    y1 = min(v.height - 1, ((q1 - 1) // ow) * sh - pt + kh - 1)
+                    lo, hi = y0 * v.width, (y1 + 1) * v.width
+                out[c, part] = (lo, hi - lo, mine)
+            return out
         for (rep, _), ags in self.plan.groups(ly.index).items():
             p0, p1 = self.plan.pixel_range(ly, rep)
             if v.pixels == 1:
@@ -103,21 +139,37 @@ class _LL:
                 y0 = max(0, (p0 // ow) * sh - pt)
                 y1 = min(v.height - 1, ((p1 - 1) // ow) * sh - pt + kh - 1)
                 lo, hi = y0 * v.width, (y1 + 1) * v.width
+            mine = np.full(ly.out_pixels, -1, np.int64)
+            mine[p0:p1] = steps[p0:p1]
             for a in ags:
-                a_lo, a_hi = out.get(a.core, (lo, hi))
-                out[a.core] = (min(lo, a_lo), max(hi, a_hi))
+                out[a.core, rep] = (lo, hi - lo, mine)
         return out
 
-    def view_steps(self, v: TensorView) -> np.ndarray:
-        """IG in which each view pixel is complete (-1: network input, loaded at the start)."""
-        st = np.full(v.pixels, -1, np.int64)
+    def last_use(self, ly: Layer, vi: int, out_steps: np.ndarray) -> np.ndarray:
+        """Per pixel of view vi: the last IG in which an output pixel (out_steps, -1: not
+        computed here) reads it, -1 if none."""
+        v = ly.inputs[vi]
+        if ly.kind in (LayerKind.ADD, LayerKind.ACT) or vi > 0:
+            return out_steps.copy()
+        if v.pixels == 1:
+            return np.full(1, out_steps.max())
+        return _window_scatter_max(ly, out_steps, v.height, v.width)
+
+    def view_steps(self, v: TensorView, first: bool = False) -> np.ndarray:
+        """IG in which each view pixel is complete (first: first written; -1: network input,
+        loaded at the start)."""
+        big = np.iinfo(np.int64).max
+        st = np.full(v.pixels, big if first else -1, np.int64)
         for ly in self.sg.layers:
             o = ly.output
             if o.buffer != v.buffer or ly.index not in self.steps:
                 continue
             q = np.arange(o.pixels)
             p = (o.channel_offset + q * o.pixel_stride - v.channel_offset) // max(1, v.pixel_stride)
-            np.maximum.at(st, np.clip(p, 0, v.pixels - 1), self.steps[ly.index])
+            fn = np.minimum if first else np.maximum
+            fn.at(st, np.clip(p, 0, v.pixels - 1), self.steps[ly.index])
+        if first:
+            st[st == big] = -1
         return st
 
     def ready(self, ly: Layer) -> np.ndarray:
@@ -130,13 +182,18 @@ class _LL:
         return _window_max(ly, vs[0].reshape(v.height, v.width)) + 1
 
     # ------------------------------------------------------------------ helpers
-    def local_view(self, ly: Layer, vi: int, core: int) -> tuple[Layer, int]:
-        """Layer whose input 0 addresses the core's local buffer of view vi (elements from the
-        buffer start), and the buffer's byte address."""
+    def span(self, steps: np.ndarray, prologue: bool = False) -> tuple[int, int]:
+        """Lifetime in half-steps of a buffer used by compute and transfers of IGs `steps`."""
+        t0 = PROLOGUE if prologue else 2 * int(steps.min())
+        return t0, 2 * int(steps.max()) + 1
+
+    def local_layer(self, ly: Layer, vi: int, site: Site) -> Layer:
+        """ly with input 0 addressing the site's dense pixel range (elements from its base)."""
         v = ly.inputs[vi]
-        addr, base, _ = self.sites[ly.index, vi][core]
-        lv = TensorView(v.buffer, v.channels, v.height, v.width, -base * v.channels, v.channels)
-        return replace(ly, inputs=(lv,)), addr
+        lv = TensorView(
+            v.buffer, v.channels, v.height, v.width, -site.base * v.channels, v.channels
+        )
+        return replace(ly, inputs=(lv,))
 
     def prologue_ld(self, core: int, local: int, host_reg: int, host_off: int, size: int):
         self.pro[core] += [
@@ -153,25 +210,48 @@ class _LL:
 
     # ------------------------------------------------------------------ layers
     def place_inputs(self, ly: Layer) -> None:
+        """A site per (core, replica) and view: row slots reused once no window needs them."""
         eb = self.eb
         for vi, v in enumerate(ly.inputs):
+            is_input = self.sg.buffers[v.buffer].role == BufferRole.INPUT
+            if is_input:
+                arrive_px = np.full(v.pixels, PROLOGUE, np.int64)
+            else:
+                arrive_px = 2 * self.view_steps(v, first=True) + 1
             sites = {}
-            for core, (lo, hi) in self.needed(ly, vi).items():
-                addr = self.alloc[core].alloc((hi - lo) * v.channels * eb, f"in {ly.name}")
-                sites[core] = (addr, lo, hi - lo)
+            for (core, rep), (lo, n, out_steps) in sorted(
+                self.needed(ly, vi).items(), key=lambda kv: kv[0]
+            ):
+                # GEMM windows read runs of pixels of a row: row slots; vector layers read
+                # single pixels: pixel slots
+                w = v.width if ly.kind == LayerKind.GEMM and n > 1 else 1
+                rows = n // w
+                last = self.last_use(ly, vi, out_steps)[lo : lo + n]
+                arr = arrive_px[lo : lo + n]
+                last = np.maximum(2 * last, arr)  # unread pixels live only when written
+                ra = arr.reshape(rows, w).min(axis=1)
+                rl = last.reshape(rows, w).max(axis=1)
+                slot, slots = row_slots(ra, rl)
+                t0, t1 = int(ra.min()), int(rl.max())
+                size = slots * w * v.channels * eb
+                addr = self.mem[core].alloc(size, t0, t1, f"in {ly.name}")
+                site = Site(addr, lo, rows, w, v.channels, slot, slots, t0, t1)
+                sites[core, rep] = site
                 self.used[core] = True
-                if self.sg.buffers[v.buffer].role == BufferRole.INPUT:
+                if is_input:
                     if not v.contiguous:
                         raise UnsupportedOpError(f"pimcomp LL: strided network input {v.buffer}")
                     self.pro[core].append(
                         make(Opcode.SLDI, rd=R_CONST, r2_or_imm=self.plan.address[v.buffer])
                     )
+                    # all rows arrive in the prologue: slots are the rows in order
+                    assert np.array_equal(slot, np.arange(rows))
                     self.prologue_ld(
                         core,
                         addr,
                         R_CONST,
                         (v.channel_offset + lo * v.channels) * eb,
-                        (hi - lo) * v.channels * eb,
+                        n * v.channels * eb,
                     )
             self.sites[ly.index, vi] = sites
 
@@ -205,12 +285,14 @@ class _LL:
         order: dict[int, int] = {}
         for (rep, _), ags in groups:
             p0, p1 = plan.pixel_range(ly, rep)
+            t0, t1 = self.span(steps[p0:p1])
             for a in ags:
                 c = a.core
                 regs = self.regs[c]
-                win[a] = self.alloc[c].alloc((a.r1 - a.r0) * eb, "window")
-                psum[a] = self.alloc[c].alloc((a.c1 - a.c0) * eb, "psum")
-                lly, _ = self.local_view(ly, 0, c)
+                win[a] = self.mem[c].alloc((a.r1 - a.r0) * eb, t0, t1, f"window {ly.name}")
+                psum[a] = self.mem[c].alloc((a.c1 - a.c0) * eb, t0, t1, f"psum {ly.name}")
+                site = self.sites[i, 0][c, rep]
+                lly = self.local_layer(ly, 0, site)
                 k = order[c] = order.get(c, -1) + 1
                 for cls in window_classes(ly, p0, p1):
                     b = Block(len(cls.pixels))
@@ -226,14 +308,13 @@ class _LL:
                             generic2=win[a] + s * eb,
                             generic3=n * eb,
                         )
-                    addr = self.sites[i, 0][c][0]
                     for s, n, off in segs:
                         b.add(
                             Opcode.LMV,
                             rd=regs.loc(win[a] + (s - a.r0) * eb, b),
                             r1=R_ZERO,
                             generic1=OFFSET_RS1,
-                            generic2=addr + off * eb,
+                            generic2=site.byte(off, eb),
                             generic3=n * eb,
                         )
                     b.add(
@@ -262,7 +343,8 @@ class _LL:
                         emit_vv(b, self.regs[c], Opcode.VVADD, heads[c], heads[c], psum[a], cols)
                     self.ks[c].add(b, _key(st, 0, i, 1, gi, self.nl))
             senders = [c for c in sorted(heads) if c != acc]
-            tmp = self.alloc[acc].alloc(cols * eb, "tmp")
+            t0, t1 = self.span(st)
+            tmp = self.mem[acc].alloc(cols * eb, t0, t1, f"tmp {ly.name}")
             for s_i, s in enumerate(senders):
                 b = Block(len(p))
                 b.add(
@@ -274,11 +356,15 @@ class _LL:
                 emit_vv(b, self.regs[acc], Opcode.VVADD, heads[acc], heads[acc], tmp, cols)
                 self.ks[acc].add(b, _key(st, 0, i, 2, transfer + s_i, self.nl))
             transfer += len(senders)
-            bias = self.alloc[acc].alloc(cols * eb, "bias")
-            self.pro[acc].append(
-                make(Opcode.SLDI, rd=R_CONST, r2_or_imm=plan.address[ly.bias_buffer])
-            )
-            self.prologue_ld(acc, bias, R_CONST, c0 * eb, cols * eb)
+            bias = self.biases.get((acc, i, c0))
+            if bias is None:  # one copy per core (loaded at the start, freed after the layer)
+                _, t1 = self.span(steps)
+                bias = self.mem[acc].alloc(cols * eb, PROLOGUE, t1, f"bias {ly.name}")
+                self.biases[acc, i, c0] = bias
+                self.pro[acc].append(
+                    make(Opcode.SLDI, rd=R_CONST, r2_or_imm=plan.address[ly.bias_buffer])
+                )
+                self.prologue_ld(acc, bias, R_CONST, c0 * eb, cols * eb)
             b = Block(len(p))
             r = self.regs[acc]
             emit_vv(b, r, Opcode.VVADD, heads[acc], heads[acc], bias, cols)
@@ -287,86 +373,124 @@ class _LL:
             self.ks[acc].add(b, _key(st, 0, i, 3, gi, self.nl))
             self.produced[i].append((acc, p, np.full(len(p), heads[acc]), c0, c1))
 
+    def vector_parts(self, ly: Layer, steps: np.ndarray) -> list[tuple[int, int, int]]:
+        """(core, first, end output pixel) of each part of a pool/Add/activation layer: one part
+        on core `index mod #cores` (released code) unless the input pixels live at once on that
+        core would exceed VECTOR_SHARE of local memory; then k parts of whole output rows on
+        cores spread over the chip (as DAC'23 splits such ops by the predecessor's replicas)."""
+        n = self.arch.core_count
+        oh, ow = ly.output.height, ly.output.width
+        live = 0
+        for vi, v in enumerate(ly.inputs):
+            if self.sg.buffers[v.buffer].role == BufferRole.INPUT:
+                arr = np.full(v.pixels, PROLOGUE, np.int64)
+            else:
+                arr = 2 * self.view_steps(v, first=True) + 1
+            last = np.maximum(2 * self.last_use(ly, vi, steps), arr)
+            t = np.concatenate([arr, last + 1])
+            d = np.concatenate([np.ones(v.pixels, np.int64), -np.ones(v.pixels, np.int64)])
+            live += int(np.cumsum(d[np.lexsort((d, t))]).max()) * v.channels * self.eb
+        budget = self.arch.core.local_memory.memory_size * VECTOR_SHARE
+        k = max(1, min(int(-(-live // budget)), oh, n))
+        edges = np.linspace(0, oh, k + 1).round().astype(int)
+        return [
+            ((ly.index + j * (n // k)) % n, int(edges[j]) * ow, int(edges[j + 1]) * ow)
+            for j in range(k)
+        ]
+
     def vector(self, ly: Layer) -> None:
         eb, i = self.eb, ly.index
-        c = self.post_core(ly)
-        self.used[c] = True
         steps = self.ready(ly)
         self.steps[i] = steps
+        self.vparts[i] = self.vector_parts(ly, steps)
         self.place_inputs(ly)
         ch = ly.output.channels
-        # staging slot of each output pixel: its rank among the pixels of its IG
-        order = np.lexsort((np.arange(len(steps)), steps))
-        slot = np.empty(len(steps), np.int64)
-        first = np.searchsorted(steps[order], steps[order], side="left")
-        slot[order] = np.arange(len(steps)) - first
-        stage = self.alloc[c].alloc((int(slot.max()) + 1) * ch * eb, "stage")
-        out = stage + slot * ch * eb
         T = TEMPS[0]
-        if ly.kind in (LayerKind.MAXPOOL, LayerKind.AVGPOOL):
-            lly, addr = self.local_view(ly, 0, c)
-            v = lly.inputs[0]
-            op = Opcode.VVMAX if ly.kind == LayerKind.MAXPOOL else Opcode.VVADD
-            recip = None
-            if ly.kind == LayerKind.AVGPOOL:
-                counts = pool_counts(ly)
-                recip = self.alloc[c].alloc(len(counts) * ch * eb, "recip")
-                self.pro[c].append(
-                    make(Opcode.SLDI, rd=R_CONST, r2_or_imm=self.plan.address[f"{ly.name}.recip"])
-                )
-                self.prologue_ld(c, recip, R_CONST, 0, len(counts) * ch * eb)
-            for cls in window_classes(ly, 0, ly.out_pixels):
-                b = Block(len(cls.pixels))
-                o = out[cls.pixels]
-                b.add(Opcode.SLDI, rd=TEMPS[1], r2_or_imm=o)
-                first_pos = True
-                for ii in range(cls.ilo, cls.ihi):
-                    for j in range(cls.jlo, cls.jhi):
-                        q = (cls.iy0 + ii) * v.width + cls.ix0 + j
-                        src = addr + (v.channel_offset + q * ch) * eb
-                        if first_pos:
-                            b.add(
-                                Opcode.LMV,
-                                rd=TEMPS[1],
-                                r1=R_ZERO,
-                                generic1=OFFSET_RS1,
-                                generic2=src,
-                                generic3=ch * eb,
-                            )
-                            first_pos = False
-                        else:
-                            b.add(Opcode.SLDI, rd=T, r2_or_imm=src)
-                            b.add(op, rd=TEMPS[1], r1=TEMPS[1], r2_or_imm=T, generic3=ch)
-                if recip is not None:
-                    kk = pool_counts(ly).index(
-                        ly.kernel_shape[0] * ly.kernel_shape[1]
-                        if ly.count_include_pad
-                        else cls.count
+        self.produced[i] = []
+        for part, (c, q0, q1) in enumerate(self.vparts[i]):
+            self.used[c] = True
+            st = steps[q0:q1]
+            # staging slot of each output pixel: its rank among the part's pixels of its IG
+            order = np.lexsort((np.arange(len(st)), st))
+            slot = np.empty(len(st), np.int64)
+            first = np.searchsorted(st[order], st[order], side="left")
+            slot[order] = np.arange(len(st)) - first
+            t0, t1 = self.span(st)
+            size = (int(slot.max()) + 1) * ch * eb
+            stage = self.mem[c].alloc(size, t0, t1, f"stage {ly.name}")
+            out = np.zeros(ly.out_pixels, np.int64)
+            out[q0:q1] = stage + slot * ch * eb
+            if ly.kind in (LayerKind.MAXPOOL, LayerKind.AVGPOOL):
+                site = self.sites[i, 0][c, part]
+                v = ly.inputs[0]
+                op = Opcode.VVMAX if ly.kind == LayerKind.MAXPOOL else Opcode.VVADD
+                recip = None
+                if ly.kind == LayerKind.AVGPOOL:
+                    counts = pool_counts(ly)
+                    size = len(counts) * ch * eb
+                    recip = self.mem[c].alloc(size, PROLOGUE, t1, f"recip {ly.name}")
+                    self.pro[c].append(
+                        make(
+                            Opcode.SLDI,
+                            rd=R_CONST,
+                            r2_or_imm=self.plan.address[f"{ly.name}.recip"],
+                        )
                     )
-                    b.add(Opcode.SLDI, rd=TEMPS[2], r2_or_imm=recip + kk * ch * eb)
-                    b.add(Opcode.VVMUL, rd=TEMPS[1], r1=TEMPS[1], r2_or_imm=TEMPS[2], generic3=ch)
-                self._finish_vector(b, c, ly, cls.pixels, steps, o)
-        else:
-            p = np.arange(ly.out_pixels)
-            b = Block(len(p))
-            b.add(Opcode.SLDI, rd=TEMPS[1], r2_or_imm=out)
-            srcs = []
-            for vi in range(len(ly.inputs)):
-                lly, addr = self.local_view(ly, vi, c)
-                srcs.append(addr + (lly.inputs[0].channel_offset + p * ch) * eb)
-            b.add(
-                Opcode.LMV,
-                rd=TEMPS[1],
-                r1=R_ZERO,
-                generic1=OFFSET_RS1,
-                generic2=srcs[0],
-                generic3=ch * eb,
-            )
-            for s in srcs[1:]:
-                b.add(Opcode.SLDI, rd=T, r2_or_imm=s)
-                b.add(Opcode.VVADD, rd=TEMPS[1], r1=TEMPS[1], r2_or_imm=T, generic3=ch)
-            self._finish_vector(b, c, ly, p, steps, out)
-        self.produced[i] = [(c, np.arange(ly.out_pixels), out, 0, ch)]
+                    self.prologue_ld(c, recip, R_CONST, 0, size)
+                for cls in window_classes(ly, q0, q1):
+                    b = Block(len(cls.pixels))
+                    o = out[cls.pixels]
+                    b.add(Opcode.SLDI, rd=TEMPS[1], r2_or_imm=o)
+                    first_pos = True
+                    for ii in range(cls.ilo, cls.ihi):
+                        for j in range(cls.jlo, cls.jhi):
+                            q = (cls.iy0 + ii) * v.width + cls.ix0 + j
+                            src = site.byte((q - site.base) * ch, eb)
+                            if first_pos:
+                                b.add(
+                                    Opcode.LMV,
+                                    rd=TEMPS[1],
+                                    r1=R_ZERO,
+                                    generic1=OFFSET_RS1,
+                                    generic2=src,
+                                    generic3=ch * eb,
+                                )
+                                first_pos = False
+                            else:
+                                b.add(Opcode.SLDI, rd=T, r2_or_imm=src)
+                                b.add(op, rd=TEMPS[1], r1=TEMPS[1], r2_or_imm=T, generic3=ch)
+                    if recip is not None:
+                        kk = pool_counts(ly).index(
+                            ly.kernel_shape[0] * ly.kernel_shape[1]
+                            if ly.count_include_pad
+                            else cls.count
+                        )
+                        b.add(Opcode.SLDI, rd=TEMPS[2], r2_or_imm=recip + kk * ch * eb)
+                        b.add(
+                            Opcode.VVMUL, rd=TEMPS[1], r1=TEMPS[1], r2_or_imm=TEMPS[2], generic3=ch
+                        )
+                    self._finish_vector(b, c, ly, cls.pixels, steps, o)
+            else:
+                p = np.arange(q0, q1)
+                b = Block(len(p))
+                b.add(Opcode.SLDI, rd=TEMPS[1], r2_or_imm=out[p])
+                srcs = []
+                for vi in range(len(ly.inputs)):
+                    site = self.sites[i, vi][c, part]
+                    srcs.append(site.byte((p - site.base) * ch, eb))
+                b.add(
+                    Opcode.LMV,
+                    rd=TEMPS[1],
+                    r1=R_ZERO,
+                    generic1=OFFSET_RS1,
+                    generic2=srcs[0],
+                    generic3=ch * eb,
+                )
+                for s in srcs[1:]:
+                    b.add(Opcode.SLDI, rd=T, r2_or_imm=s)
+                    b.add(Opcode.VVADD, rd=TEMPS[1], r1=TEMPS[1], r2_or_imm=T, generic3=ch)
+                self._finish_vector(b, c, ly, p, steps, out[p])
+            self.produced[i].append((c, np.arange(q0, q1), out[q0:q1], 0, ch))
 
     def _finish_vector(self, b: Block, c: int, ly: Layer, p, steps, out) -> None:
         ch = ly.output.channels
@@ -408,8 +532,8 @@ class _LL:
                 vp = rel // max(1, v.pixel_stride) if v.pixels > 1 else np.zeros_like(rel)
                 cc = rel - vp * v.pixel_stride if v.pixels > 1 else rel
                 ok = (cc >= 0) & (cc + (c1 - c0) <= v.channels)
-                for dst, (addr, base, n) in sorted(self.sites[c_ly.index, vi].items()):
-                    m = ok & (vp >= base) & (vp < base + n)
+                for (dst, _), site in sorted(self.sites[c_ly.index, vi].items(), key=_first):
+                    m = ok & (vp >= site.base) & (vp < site.base + site.pixels)
                     if not m.any():
                         continue
                     rows.append(
@@ -418,7 +542,7 @@ class _LL:
                             np.full(m.sum(), src_core),
                             np.full(m.sum(), dst),
                             src_addr[m],
-                            addr + ((vp[m] - base) * v.channels + cc[m]) * eb,
+                            site.byte((vp[m] - site.base) * v.channels + cc[m], eb),
                             (c1 - c0) * eb,
                         )
                     )
@@ -488,7 +612,8 @@ def schedule_ll(plan: Plan, opts) -> tuple[list[np.ndarray], dict]:
         cores.append(finish_core(plan.arch, segs, []))
     ig = int(max((s.max() for s in ll.steps.values()), default=-1)) + 1
     return cores, {
-        "local_memory_peak_bytes": [a.top for a in ll.alloc],
+        "local_memory_peak_bytes": [m.top for m in ll.mem],
+        "local_memory_live_peak_bytes": [m.live_peak() for m in ll.mem],
         "nodes_per_core": [int(u) for u in ll.used],
         "instruction_groups": ig,
     }
