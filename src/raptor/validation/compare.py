@@ -173,10 +173,9 @@ def validate_dir(
     common_dir: str | Path | None = None,
 ) -> Verdict:
     """Simulate a pim/ directory on the reference inputs of `model_path` and compare."""
-    from raptor.validation.reference import ensure_reference
-
     from raptor.isa.pimdir import read_pimdir
     from raptor.sim import find_pimdir, simulate
+    from raptor.validation.reference import ensure_reference
 
     pimdir = find_pimdir(dir)
     prog = read_pimdir(pimdir)
