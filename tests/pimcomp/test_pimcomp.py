@@ -1,6 +1,7 @@
 """pimcomp: partitioning, replication (pinned by hand), first-fit mapping, and end-to-end values
 of the HT and LL schedules against onnxruntime at small sizes."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -8,10 +9,19 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pim"))
-from toy import ARCH_TINY, max_rel_err, reference, toy_convnet, toy_inception, toy_resnet  # noqa: E402
+from toy import (  # noqa: E402
+    ARCH_TINY,
+    OnnxBuilder,
+    max_rel_err,
+    reference,
+    toy_convnet,
+    toy_inception,
+    toy_resnet,
+)
 
 from raptor.arch import load_arch
 from raptor.compiler import compile_model
+from raptor.errors import PassFailedError
 from raptor.frontend import load_graph
 from raptor.models import build_model
 from raptor.options import CompileOptions
@@ -95,6 +105,47 @@ def test_toy_values(model, method, mode, pipeline):
     r = res.report
     assert r["compiler"] == "pimcomp" and r["schedule"] == ("LL" if mode == "latency" else "HT")
     assert r["instructions_total"] == sum(r["instructions_per_core"])
+
+
+def _toy_wide(hw: int = 64, c: int = 16):
+    """Conv -> Conv -> Conv, Add with the first conv, Relu, MaxPool, GAP, Gemm at 64 x 64 x 16:
+    each Add input is 128 KiB, so an LL core that kept every received pixel would need
+    2 x 128 KiB for the Add alone (the 256 KiB of arch-tiny)."""
+    b = OnnxBuilder(1)
+    x = b.conv("x", 3, c)
+    y = b.conv(x, c, c)
+    y = b.conv(y, c, c, relu=False)
+    x = b.node("Relu", [b.node("Add", [x, y])])
+    x = b.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    x = b.node("GlobalAveragePool", [x])
+    x = b.node("Flatten", [x], axis=1)
+    return b.model([1, 3, hw, hw], b.gemm(x, c, 10), [1, 10])
+
+
+def test_ll_frees_pixels_no_longer_needed():
+    m = _toy_wide()
+    opts = CompileOptions(mode="latency", pipeline=1, compiler="pimcomp")
+    res, rep, ins = _check(m, TINY, opts, (1, 3, 64, 64))
+    got = next(iter(rep.outputs[0].values()))
+    assert max_rel_err(got, next(iter(reference(m, ins)[0].values()))) < 1e-3
+    peak = res.report["local_memory_peak_bytes"]
+    cap = TINY.core.local_memory.memory_size
+    # without freeing (every received pixel kept) the Add core alone needs 2 x 128 KiB + more
+    # (341 632 bytes on core 3 before pixel lifetimes); with them every core stays far below
+    assert max(peak) <= cap // 2, peak
+    assert len(peak) == TINY.core_count
+
+
+def test_ll_overflow_names_core_and_bytes(tmp_path):
+    cfg = json.loads(ARCH_TINY.read_text())
+    cfg["core"]["local_memory"]["memory_size"] = 4096
+    path = tmp_path / "arch-tiny-4k.json"
+    path.write_text(json.dumps(cfg))
+    opts = CompileOptions(mode="latency", pipeline=1, compiler="pimcomp")
+    with pytest.raises(
+        PassFailedError, match=r"local memory overflow on core \d+: .* needs \d+ bytes"
+    ):
+        compile_model(_toy_wide(32, 16), load_arch(str(path)), opts)
 
 
 def _suite_case(name, size, arch_name, mode):
