@@ -12,7 +12,15 @@ every core that will read it (send/recv, lmv on the same core), all transfers of
 together at its end in one global order on both sides (so blocking send/recv cannot deadlock).
 Consumers place received pixels by channel offset (concat by placement). Network inputs are
 loaded from host memory at the start, network outputs stored to host memory when produced.
-Input buffers hold each core's whole needed pixel range (no pixel-level freeing).
+
+Local memory (memory.py, PIMCOMP's pixel-level runtime management): each (receiving core,
+replica) keeps its input pixels in a pool of slots (rows for conv windows, single pixels for
+pool/Add) reused as soon as the last window that reads a pixel has run (a line buffer for sliding
+windows); windows, partial sums, staging buffers (AG-/ADD-reuse), biases and the slot pools are
+blocks with IG lifetimes placed first fit in address x time, so buffers of finished layers are
+reused. A pool/Add/activation whose live inputs would fill more than VECTOR_SHARE of one core is
+split into row ranges on several cores. A core whose live set does not fit fails with a
+PassFailedError naming the core and the bytes.
 """
 
 from __future__ import annotations
