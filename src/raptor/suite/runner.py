@@ -367,7 +367,9 @@ def main(argv: list[str] | None = None) -> int:
             Path(out_dir).mkdir(parents=True, exist_ok=True)
             executor = make_executor(args.jobs, args.scheduler, out_dir)
         except ExecutorError as e:
-            console.print(f"run_pimcomp_models.py: error: {e}", soft_wrap=True, highlight=False)
+            console.print(
+                f"run_pimcomp_models.py: error: {e}", soft_wrap=True, highlight=False, markup=False
+            )
             return 2
         with executor:
             prepare_models(specs, console)
