@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="run_ablation.py",
         allow_abbrev=False,
         description="Synchronization / spatial-planning ablation of Raptor on the pimcomp model suite. "
-        "All options of run_pimcomp_models.py (--archs, --mode, --pipeline, --no-fast, --jobs, "
+        "All options of run_pimcomp_models.py (--archs, --mode, --pipeline, --no-fast, --jobs, --scheduler, "
         "--raptor-extra-arg=ARG, ...) are forwarded to each variant; --only is rejected.",
     )
     p.add_argument(
