@@ -8,8 +8,9 @@ address x time), so buffers of finished layers, partial sums and staging buffers
 Program order on a core follows the half-steps, and a core runs its instructions in order, so a
 block may take an address whose previous owner's last access was at an earlier half-step.
 
-Input pixels of a layer live in `Site`s: one per (receiving core, replica), a pool of row slots
-(row = `width` pixels x `channels` elements). `row_slots` assigns rows to slots by interval
+Input pixels of a layer live in `Site`s: one per receiving core (and part of a split vector
+layer), a pool of row slots (row = `width` pixels x `channels` elements; only rows with a pixel
+read on the core get one). `row_slots` assigns rows to slots by interval
 coloring over row lifetimes (first arrival .. last window that reads the row), a free list of
 slots in arrival order: a slot is reused as soon as the row in it is no longer needed, so the
 site holds only the live rows (a line buffer for a sliding window).
@@ -51,7 +52,7 @@ def row_slots(arrive: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, int]:
 
 @dataclass
 class Site:
-    """A core's buffer of one replica's input pixels [base, base + rows*width) of a view."""
+    """A core's buffer of the input pixels [base, base + rows*width) of a view it reads."""
 
     addr: int
     base: int
@@ -60,8 +61,7 @@ class Site:
     channels: int
     slot: np.ndarray  # per row of the site: its slot
     slots: int
-    t0: int
-    t1: int
+    read: np.ndarray  # per pixel: read (and so received) here
 
     @property
     def pixels(self) -> int:

@@ -116,8 +116,9 @@ class _LL:
 
     # ------------------------------------------------------------------ placement of inputs
     def needed(self, ly: Layer, vi: int) -> dict[tuple[int, int], tuple[int, int, np.ndarray]]:
-        """(core, replica) -> (first view pixel, pixels, output steps of the replica, -1 for the
-        other outputs): the whole rows of view vi that the replica's AGs on that core read."""
+        """(core, part) -> (first view pixel, pixels, output steps computed there, -1 for the
+        other outputs): whole rows of view vi covering what the core reads (GEMM: one site per
+        core for all its replicas, part 0; pool/Add/activation: one per part)."""
         v = ly.inputs[vi]
         steps = self.steps[ly.index]
         out = {}
@@ -147,10 +148,13 @@ class _LL:
                 y0 = max(0, (p0 // ow) * sh - pt)
                 y1 = min(v.height - 1, ((p1 - 1) // ow) * sh - pt + kh - 1)
                 lo, hi = y0 * v.width, (y1 + 1) * v.width
-            mine = np.full(ly.out_pixels, -1, np.int64)
-            mine[p0:p1] = steps[p0:p1]
-            for a in ags:
-                out[a.core, rep] = (lo, hi - lo, mine)
+            for a in ags:  # one site per core: the union of its replicas' rows
+                lo0, n0, mine = out.get((a.core, 0), (lo, hi - lo, None))
+                if mine is None:
+                    mine = np.full(ly.out_pixels, -1, np.int64)
+                mine[p0:p1] = steps[p0:p1]
+                lo1, hi1 = min(lo, lo0), max(hi, lo0 + n0)
+                out[a.core, 0] = (lo1, hi1 - lo1, mine)
         return out
 
     def last_use(self, ly: Layer, vi: int, out_steps: np.ndarray) -> np.ndarray:
@@ -227,24 +231,27 @@ class _LL:
             else:
                 arrive_px = 2 * self.view_steps(v, first=True) + 1
             sites = {}
-            for (core, rep), (lo, n, out_steps) in sorted(
+            for (core, part), (lo, n, out_steps) in sorted(
                 self.needed(ly, vi).items(), key=lambda kv: kv[0]
             ):
                 # GEMM windows read runs of pixels of a row: row slots; vector layers read
-                # single pixels: pixel slots
+                # single pixels: pixel slots. Only pixels read here are received.
                 w = v.width if ly.kind == LayerKind.GEMM and n > 1 else 1
                 rows = n // w
                 last = self.last_use(ly, vi, out_steps)[lo : lo + n]
+                read = last >= 0
                 arr = arrive_px[lo : lo + n]
-                last = np.maximum(2 * last, arr)  # unread pixels live only when written
-                ra = arr.reshape(rows, w).min(axis=1)
-                rl = last.reshape(rows, w).max(axis=1)
-                slot, slots = row_slots(ra, rl)
-                t0, t1 = int(ra.min()), int(rl.max())
+                big = np.iinfo(np.int64).max
+                ra = np.where(read, arr, big).reshape(rows, w).min(axis=1)
+                rl = np.where(read, np.maximum(2 * last, arr), -big).reshape(rows, w).max(axis=1)
+                live = read.reshape(rows, w).any(axis=1)
+                slot = np.zeros(rows, np.int64)
+                slot[live], slots = row_slots(ra[live], rl[live])
+                t0, t1 = int(ra[live].min()), int(rl[live].max())
                 size = slots * w * v.channels * eb
                 addr = self.mem[core].alloc(size, t0, t1, f"in {ly.name}")
-                site = Site(addr, lo, rows, w, v.channels, slot, slots, t0, t1)
-                sites[core, rep] = site
+                site = Site(addr, lo, rows, w, v.channels, slot, slots, read)
+                sites[core, part] = site
                 self.used[core] = True
                 if is_input:
                     if not v.contiguous:
@@ -252,15 +259,18 @@ class _LL:
                     self.pro[core].append(
                         make(Opcode.SLDI, rd=R_CONST, r2_or_imm=self.plan.address[v.buffer])
                     )
-                    # all rows arrive in the prologue: slots are the rows in order
-                    assert np.array_equal(slot, np.arange(rows))
-                    self.prologue_ld(
-                        core,
-                        addr,
-                        R_CONST,
-                        (v.channel_offset + lo * v.channels) * eb,
-                        n * v.channels * eb,
-                    )
+                    # every read row arrives in the prologue: slots are those rows in order;
+                    # one ld per run of consecutive read rows
+                    idx = np.flatnonzero(live)
+                    assert np.array_equal(slot[idx], np.arange(len(idx)))
+                    for run in np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1):
+                        self.prologue_ld(
+                            core,
+                            addr + int(slot[run[0]]) * w * v.channels * eb,
+                            R_CONST,
+                            (v.channel_offset + (lo + int(run[0]) * w) * v.channels) * eb,
+                            len(run) * w * v.channels * eb,
+                        )
             self.sites[ly.index, vi] = sites
 
     def store_output(self, b: Block, core: int, ly: Layer, p, src: int, c0: int, c1: int):
@@ -299,7 +309,7 @@ class _LL:
                 regs = self.regs[c]
                 win[a] = self.mem[c].alloc((a.r1 - a.r0) * eb, t0, t1, f"window {ly.name}")
                 psum[a] = self.mem[c].alloc((a.c1 - a.c0) * eb, t0, t1, f"psum {ly.name}")
-                site = self.sites[i, 0][c, rep]
+                site = self.sites[i, 0][c, 0]
                 lly = self.local_layer(ly, 0, site)
                 k = order[c] = order.get(c, -1) + 1
                 for cls in window_classes(ly, p0, p1):
@@ -542,6 +552,7 @@ class _LL:
                 ok = (cc >= 0) & (cc + (c1 - c0) <= v.channels)
                 for (dst, _), site in sorted(self.sites[c_ly.index, vi].items(), key=_first):
                     m = ok & (vp >= site.base) & (vp < site.base + site.pixels)
+                    m[m] = site.read[vp[m] - site.base]
                     if not m.any():
                         continue
                     rows.append(
