@@ -109,7 +109,7 @@ class _LL:
         self.used = [False] * n
         self.steps: dict[int, np.ndarray] = {}
         self.vparts: dict[int, list[tuple[int, int, int]]] = {}  # vector layer -> parts
-        # (layer, view index) -> {(core, replica): its buffer of input pixels}
+        # (layer, view index) -> {(core, part): its buffer of input pixels}
         self.sites: dict[tuple[int, int], dict[tuple[int, int], Site]] = {}
         # layer -> list of (core, pixel array, source local address per pixel, c0, c1)
         self.produced: dict[int, list] = {}
@@ -194,10 +194,9 @@ class _LL:
         return _window_max(ly, vs[0].reshape(v.height, v.width)) + 1
 
     # ------------------------------------------------------------------ helpers
-    def span(self, steps: np.ndarray, prologue: bool = False) -> tuple[int, int]:
+    def span(self, steps: np.ndarray) -> tuple[int, int]:
         """Lifetime in half-steps of a buffer used by compute and transfers of IGs `steps`."""
-        t0 = PROLOGUE if prologue else 2 * int(steps.min())
-        return t0, 2 * int(steps.max()) + 1
+        return 2 * int(steps.min()), 2 * int(steps.max()) + 1
 
     def local_layer(self, ly: Layer, vi: int, site: Site) -> Layer:
         """ly with input 0 addressing the site's dense pixel range (elements from its base)."""
@@ -222,7 +221,7 @@ class _LL:
 
     # ------------------------------------------------------------------ layers
     def place_inputs(self, ly: Layer) -> None:
-        """A site per (core, replica) and view: row slots reused once no window needs them."""
+        """A site per (core, part) and view: slots reused once no window needs their pixels."""
         eb = self.eb
         for vi, v in enumerate(ly.inputs):
             is_input = self.sg.buffers[v.buffer].role == BufferRole.INPUT
