@@ -77,7 +77,7 @@ def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> 
     if not opts.disable_synchronization:
         sg = timed(
             SynchronizationPass.name,
-            SynchronizationPass(pipeline=opts.pipeline, credits="end").apply,
+            SynchronizationPass(pipeline=opts.pipeline, credits="end", bands=True).apply,
             arch,
             sg,
         )
@@ -119,6 +119,8 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "estimated_layer_ns": {k: round(v, 1) for k, v in est["layer_ns"].items()},
         "estimated_core_ns_max": float(np.max(est["core_ns"])) if len(est["core_ns"]) else 0.0,
         "event_registers_max": sg.notes.get("event_registers", 0),
+        "band_tokens": sg.notes.get("band_tokens"),
+        "layer_cores": _layer_cores(sg),
         "depthwise_packing": _depthwise_report(arch, sg),
         "inter_chip_bytes_estimate": _inter_chip_bytes(arch, sg),
         "pimsim_unsupported_ops": {
@@ -132,6 +134,16 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
 
 # Raptor extensions that pimsim-nn (HEAPLab fork) rejects: it has no opcode 21 (vsoftmax).
 PIMSIM_UNSUPPORTED = ("vsoftmax",)
+
+
+def _layer_cores(sg) -> dict[str, list[int]]:
+    """Cores of each layer's nodes (the writers first: root row groups / vector nodes)."""
+    out: dict[str, list[int]] = {}
+    for n in sorted(sg.nodes, key=lambda n: (n.layer, n.row_group, n.p0)):
+        cores = out.setdefault(sg.layers[n.layer].name, [])
+        if n.core not in cores:
+            cores.append(n.core)
+    return out
 
 
 def _inter_chip_bytes(arch, sg) -> int:

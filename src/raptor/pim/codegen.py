@@ -9,6 +9,7 @@ replicas share one matrix. A stream never ends in a scalar/setbw (pimsim-nn woul
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -94,9 +95,18 @@ def generate(
                     ags.append(arch.crossbars_for(b - a, n.c1 - n.c0))
                     mats.append(matrix_index[key])
             blocks += token_records(sg.tokens_before.get(n.id, []))
-            code, peak = lower_node(ctx, n, ag_base)
-            local_peak[core] = max(local_peak[core], peak)
-            blocks.append(code)
+            bands = sg.bands.get(n.id)
+            if bands is None:
+                code, peak = lower_node(ctx, n, ag_base)
+                local_peak[core] = max(local_peak[core], peak)
+                blocks.append(code)
+            else:  # row bands: each lowered as a sub-node between its band tokens
+                for i, (a, b) in enumerate(bands):
+                    blocks += token_records(sg.band_before.get((n.id, i), []))
+                    code, peak = lower_node(ctx, replace(n, p0=a, p1=b), ag_base)
+                    local_peak[core] = max(local_peak[core], peak)
+                    blocks.append(code)
+                    blocks += token_records(sg.band_after.get((n.id, i), []))
             blocks += token_records(sg.tokens_after.get(n.id, []))
         blocks += token_records(sg.tokens_end.get(core, []))
         if sum(ags) > arch.crossbars_per_core:

@@ -165,6 +165,11 @@ class SpatialGraph:
     tokens_after: dict[int, list[SyncToken]] = field(default_factory=dict)
     tokens_start: dict[int, list[SyncToken]] = field(default_factory=dict)
     tokens_end: dict[int, list[SyncToken]] = field(default_factory=dict)  # close each round
+    # row-band tokens (spatial/sync.py, bands=True): a node's output pixel bands in program order,
+    # and the tokens before/after band i of node id, keyed (id, i)
+    bands: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    band_before: dict[tuple[int, int], list[SyncToken]] = field(default_factory=dict)
+    band_after: dict[tuple[int, int], list[SyncToken]] = field(default_factory=dict)
     const_values: dict[str, np.ndarray] = field(default_factory=dict)
     replication: dict[str, int] = field(default_factory=dict)
     notes: dict[str, object] = field(default_factory=dict)

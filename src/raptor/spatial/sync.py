@@ -30,7 +30,15 @@ from typing import ClassVar
 from raptor.arch import Arch
 from raptor.errors import PassFailedError
 from raptor.isa.opcodes import NUM_EVENT_REGISTERS
-from raptor.spatial.ir import BufferRole, ComputeNode, NodeKind, SpatialGraph, SyncToken
+from raptor.spatial.ir import (
+    BufferRole,
+    ComputeNode,
+    Layer,
+    LayerKind,
+    NodeKind,
+    SpatialGraph,
+    SyncToken,
+)
 
 
 def node_writes(sg: SpatialGraph, n: ComputeNode) -> str | None:
@@ -54,9 +62,19 @@ class SynchronizationPass:
 
     pipeline: int = 1
     credits: str = "start"  # "start" | "end" (module docstring)
+    bands: bool = False  # row-band data tokens (module docstring); falls back to buffer tokens
     name: ClassVar[str] = "synchronization"
 
     def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
+        if self.bands:
+            banded = _band_tokens(sg, self._apply(arch, sg, data=False))
+            if banded is not None:
+                return banded
+        out = self._apply(arch, sg)
+        out.notes = {**out.notes, "band_tokens": False}
+        return out
+
+    def _apply(self, arch: Arch, sg: SpatialGraph, data: bool = True) -> SpatialGraph:
         by_core = sg.nodes_by_core()
         first_read: dict[tuple[int, str], int] = {}
         last_read: dict[tuple[int, str], int] = {}
@@ -97,7 +115,7 @@ class SynchronizationPass:
             if sg.buffers[buf].role in (BufferRole.INPUT, BufferRole.CONST):
                 continue
             ws, rs = writers.get(buf, []), readers.get(buf, [])
-            for c in rs:
+            for c in rs if data else ():
                 others = [p for p in ws if p != c]
                 if not others:
                     continue
@@ -223,3 +241,145 @@ def _reuse_events(sg: SpatialGraph, by_core, before, after, start, end):
         return out
 
     return remap(before), remap(after), remap(start), remap(end), used
+
+
+BAND_MAX = 32  # at most this many row bands per node (each band is >= one output row)
+
+
+def node_bands(sg: SpatialGraph, n: ComputeNode) -> list[tuple[int, int]]:
+    """Output pixel bands of a node in program order: whole output rows, at most BAND_MAX."""
+    ly = sg.layers[n.layer]
+    if ly.kind == LayerKind.TENSOR:
+        return [(n.p0, n.p1)]
+    w = max(1, ly.output.width)
+    cuts = list(range((n.p0 // w + 1) * w, n.p1, w))
+    step = -(-(len(cuts) + 1) // BAND_MAX)
+    cuts = cuts[step - 1 :: step] if step > 1 else cuts
+    edges = [n.p0, *cuts, n.p1]
+    return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
+
+
+def input_need(ly: Layer, k: int, a: int, b: int) -> tuple[int, int] | None:
+    """Input pixels [lo, hi) of view `ly.inputs[k]` that output pixels [a, b) of layer `ly` read
+    (None: all of them / unknown geometry)."""
+    v, o = ly.inputs[k], ly.output
+    if ly.kind == LayerKind.TENSOR or v.chw is not None:
+        return None
+    if k == 1 or ly.kind in (LayerKind.ADD, LayerKind.ACT):
+        return (a, b) if v.pixels == o.pixels else None
+    kh, kw = ly.kernel_shape
+    sh = ly.strides[0]
+    pt = ly.pads[0]
+    ow = max(1, o.width)
+    y0 = max(0, (a // ow) * sh - pt)
+    y1 = min(v.height - 1, ((b - 1) // ow) * sh - pt + kh - 1)
+    if y1 < y0:
+        return (0, 0)
+    return (y0 * v.width, (y1 + 1) * v.width)
+
+
+def _band_tokens(sg: SpatialGraph, base: SpatialGraph) -> SpatialGraph | None:
+    """Replace the buffer-granular data tokens of `base` (credits kept) by row-band tokens.
+
+    Every writer core P of a buffer that core C reads syncs register e(C, P) after each of its
+    bands (in P's program order) that write a buffer C reads, up to the last band C needs; C waits,
+    before each of its own bands, for the count of P's bands up to the last one that overlaps the
+    input rows the band's windows read (consume semantics: wait for the increment over what C
+    already consumed). One register per (C, P) pair: P's syncs arrive in its program order, so a
+    single counter orders every buffer P writes for C; per round C's waits consume exactly P's
+    syncs (balanced), and P restarts only after C's end-of-round credits. Returns None when a
+    core would need more than NUM_EVENT_REGISTERS registers (caller keeps buffer tokens)."""
+    by_core = sg.nodes_by_core()
+    bands = {n.id: node_bands(sg, n) for n in sg.nodes}
+    skip = {b for b, buf in sg.buffers.items() if buf.role in (BufferRole.INPUT, BufferRole.CONST)}
+    # producer bands per (core, buffer): (sequence index on the core, q0, q1) in program order
+    seq: dict[int, list[tuple[int, int, str]]] = {}  # core -> [(node id, band, buffer)]
+    wr: dict[tuple[int, str], list[tuple[int, int, int]]] = {}
+    writers: dict[str, set[int]] = {}
+    for core, nodes in by_core.items():
+        lst = seq.setdefault(core, [])
+        for n in nodes:
+            buf = node_writes(sg, n)
+            if buf is None or buf in skip:
+                continue
+            writers.setdefault(buf, set()).add(core)
+            for i, (q0, q1) in enumerate(bands[n.id]):
+                wr.setdefault((core, buf), []).append((len(lst), q0, q1))
+                lst.append((n.id, i, buf))
+    # buffers whose writers all map output pixel q to element offset + q * stride (else: a
+    # reader needs all of every writer's bands)
+    wviews: dict[str, list] = {}
+    for ly in sg.layers:
+        wviews.setdefault(ly.output.buffer, []).append(ly)
+    geo = {
+        b: (lys[0].output.pixels, lys[0].output.pixel_stride)
+        for b, lys in wviews.items()
+        if all(
+            ly.kind != LayerKind.TENSOR
+            and ly.output.chw is None
+            and (ly.output.pixels, ly.output.pixel_stride)
+            == (lys[0].output.pixels, lys[0].output.pixel_stride)
+            for ly in lys
+        )
+    }
+    credit_regs: dict[int, int] = {}
+    for toks in (*base.tokens_start.values(), *base.tokens_end.values()):
+        for t in toks:
+            c = t.value if t.kind == "sync" else t.core
+            credit_regs[c] = max(credit_regs.get(c, 0), t.event + 1)
+    before: dict[tuple[int, int], list[SyncToken]] = {}
+    after: dict[tuple[int, int], list[SyncToken]] = {}
+    used: dict[int, int] = {}
+    for c, nodes in by_core.items():
+        reads: set[str] = set()
+        for n in nodes:
+            reads.update(b for b in node_reads(sg, n) if b not in skip)
+        # P's bands writing a buffer C reads, renumbered 0.. in P's program order
+        pos: dict[int, dict[int, int]] = {}
+        for p in sorted({p for b in reads for p in writers.get(b, ()) if p != c}):
+            idx = [k for k, (_, _, b) in enumerate(seq[p]) if b in reads]
+            pos[p] = {k: j for j, k in enumerate(idx)}
+        reg = {p: credit_regs.get(c, 0) + i for i, p in enumerate(sorted(pos))}
+        if credit_regs.get(c, 0) + len(reg) > NUM_EVENT_REGISTERS:
+            return None
+        used[c] = credit_regs.get(c, 0) + len(reg)
+        done = dict.fromkeys(pos, 0)
+        for n in nodes:
+            ly = sg.layers[n.layer]
+            views = [ly.inputs[0]] if (n.kind == NodeKind.MVM and n.row_group > 0) else ly.inputs
+            for i, (a, b) in enumerate(bands[n.id]):
+                target: dict[int, int] = {}
+                for k, v in enumerate(views):
+                    if v.buffer in skip:
+                        continue
+                    need = input_need(ly, k, a, b)
+                    if geo.get(v.buffer) != (v.pixels, v.pixel_stride):
+                        need = None
+                    for p in writers.get(v.buffer, ()):
+                        if p == c:
+                            continue
+                        for s, q0, q1 in wr[p, v.buffer]:
+                            if need is None or (q0 < need[1] and q1 > need[0]):
+                                target[p] = max(target.get(p, 0), pos[p][s] + 1)
+                toks = []
+                for p, t in sorted(target.items()):
+                    if t > done[p]:
+                        toks.append(SyncToken(c, "wait", reg[p], t - done[p], "band"))
+                        done[p] = t
+                if toks:
+                    before[n.id, i] = toks
+        for p, total in done.items():
+            for k, j in sorted(pos[p].items(), key=lambda kv: kv[1]):
+                if j >= total:
+                    break
+                nid, bi, buf = seq[p][k]
+                after.setdefault((nid, bi), []).append(SyncToken(p, "sync", reg[p], c, buf))
+    res = replace(  # `base` holds the credit tokens only
+        base,
+        bands=bands,
+        band_before=before,
+        band_after=after,
+    )
+    res.notes = {**base.notes, "event_registers": max(used.values(), default=0), "band_tokens": True}
+    return res
+
