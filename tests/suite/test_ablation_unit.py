@@ -122,3 +122,20 @@ def test_help_runs_from_a_fresh_shell():
         [sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, cwd=ROOT
     )
     assert r.returncode == 0 and "--variant" in r.stdout and "--dry-run" in r.stdout
+
+
+def test_code_fingerprint_tracks_sources(tmp_path):
+    from raptor.suite.execute import code_fingerprint, tree_fingerprint
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "arch.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("ignored")
+    before = tree_fingerprint(tmp_path)
+    (tmp_path / "notes.txt").write_text("still ignored")
+    assert tree_fingerprint(tmp_path) == before
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert tree_fingerprint(tmp_path) != before
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "arch.json").write_text('{"cores": 2}')
+    assert tree_fingerprint(tmp_path) != before
+    assert len(code_fingerprint()) == 64

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -60,7 +61,11 @@ def _compile(spec: CaseSpec, compiler: str, out: Path, log: io.StringIO) -> dict
             f"bad raptor arguments: {err.getvalue().strip().splitlines()[-1]}"
         ) from None
     report_path = out / "compile_report.json"
-    key = {"argv": argv, "model_sha256": _sha256(spec.model_path)}
+    key = {
+        "argv": argv,
+        "model_sha256": _sha256(spec.model_path),
+        "compiler_code": code_fingerprint(),
+    }
     if spec.fast and report_path.is_file() and (out / "pim" / "config.json").is_file():
         cached = json.loads(report_path.read_text())
         if cached.get("cache_key") == key:
@@ -74,6 +79,26 @@ def _compile(spec: CaseSpec, compiler: str, out: Path, log: io.StringIO) -> dict
     report["cache_key"] = key
     _atomic_json(report_path, report)
     return report
+
+
+@functools.cache
+def code_fingerprint() -> str:
+    """Fingerprint of the installed package: cached artifacts are reused only when they were
+    compiled by exactly this code (a changed pass or arch file invalidates them)."""
+    import raptor
+
+    return tree_fingerprint(Path(raptor.__file__).resolve().parent)
+
+
+def tree_fingerprint(root: Path) -> str:
+    """sha256 over the relative paths and contents of every .py and .json file below root."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".json") and p.is_file()):
+        h.update(str(path.relative_to(root)).encode() + b"\0")
+        h.update(path.read_bytes())
+    return h.hexdigest()
 
 
 def _sha256(path: Path) -> str:
