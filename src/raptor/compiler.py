@@ -115,6 +115,8 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "instructions_by_opcode": dict(sorted(by_op.items())),
         "local_memory_peak_bytes": stats["local_memory_peak_bytes"],
         "host_memory_bytes": stats["host_memory_bytes"],
+        "host_load_bytes_per_layer": stats["host_load_bytes"],
+        "host_load_bytes": int(sum(stats["host_load_bytes"].values())),
         "noc_hop_bytes_estimate": float(est["hop_bytes"]),
         "estimated_layer_ns": {k: round(v, 1) for k, v in est["layer_ns"].items()},
         "estimated_core_ns_max": float(np.max(est["core_ns"])) if len(est["core_ns"]) else 0.0,

@@ -9,7 +9,6 @@ replicas share one matrix. A stream never ends in a scalar/setbw (pimsim-nn woul
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,7 +18,7 @@ from raptor.errors import PassFailedError
 from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram
 from raptor.isa.table import concat, make
-from raptor.pim.lowering import LowerCtx, lower_node
+from raptor.pim.lowering import LowerCtx, lower_node_bands
 from raptor.spatial.ir import BufferRole, NodeKind, SpatialGraph, SyncToken
 from raptor.spatial.tiling import row_tiles
 
@@ -67,6 +66,7 @@ def generate(
     matrices: list[np.ndarray] = []
     matrix_index: dict[tuple[int, int, int, int, int], int] = {}
     local_peak = [0] * n_cores
+    host_ld: dict[str, int] = {}  # host bytes loaded per layer per inference
     for core in range(n_cores):
         nodes = by_core.get(core, [])
         ags: list[int] = []
@@ -95,18 +95,21 @@ def generate(
                     ags.append(arch.crossbars_for(b - a, n.c1 - n.c0))
                     mats.append(matrix_index[key])
             blocks += token_records(sg.tokens_before.get(n.id, []))
-            bands = sg.bands.get(n.id)
-            if bands is None:
-                code, peak = lower_node(ctx, n, ag_base)
-                local_peak[core] = max(local_peak[core], peak)
-                blocks.append(code)
-            else:  # row bands: each lowered as a sub-node between its band tokens
-                for i, (a, b) in enumerate(bands):
-                    blocks += token_records(sg.band_before.get((n.id, i), []))
-                    code, peak = lower_node(ctx, replace(n, p0=a, p1=b), ag_base)
-                    local_peak[core] = max(local_peak[core], peak)
-                    blocks.append(code)
-                    blocks += token_records(sg.band_after.get((n.id, i), []))
+            bands = sg.bands.get(n.id, [(n.p0, n.p1)])
+            code, peak = lower_node_bands(
+                ctx,
+                n,
+                ag_base,
+                bands,
+                [token_records(sg.band_before.get((n.id, i), [])) for i in range(len(bands))],
+                [token_records(sg.band_after.get((n.id, i), [])) for i in range(len(bands))],
+            )
+            local_peak[core] = max(local_peak[core], peak)
+            blocks.append(code)
+            lname = sg.layers[n.layer].name
+            host_ld[lname] = host_ld.get(lname, 0) + int(
+                code["generic3"][code["opcode"] == Opcode.LD].sum()
+            )
             blocks += token_records(sg.tokens_after.get(n.id, []))
         blocks += token_records(sg.tokens_end.get(core, []))
         if sum(ags) > arch.crossbars_per_core:
@@ -122,6 +125,7 @@ def generate(
     stats = {
         "local_memory_peak_bytes": local_peak,
         "host_memory_bytes": host_bytes,
+        "host_load_bytes": host_ld,
         "host_buffers": {
             b: {
                 "address": address[b],

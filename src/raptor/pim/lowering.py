@@ -16,7 +16,7 @@ st's the column slice into the pixel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -87,6 +87,7 @@ class LowerCtx:
     sg: SpatialGraph
     address: dict[str, int]  # host buffer -> byte address
     links: dict[int, tuple[tuple[int, ...], int]] = field(default_factory=dict)  # reduce_links
+    line_choice: dict[tuple[int, int, int, int], bool] = field(default_factory=dict)
 
     @property
     def eb(self) -> int:
@@ -467,3 +468,281 @@ emit_vv = _vv
 emit_activation = _activation
 window_segments = _segments
 zero_runs = _zero_runs
+
+
+# ---------------------------------------------------------------------------------------------
+# Line-buffer MVM lowering (with row-band tokens)
+
+
+def _lines_geometry(layer: Layer, node: ComputeNode):
+    """(kernel rows the node's K range touches, input columns [x0, x1) it reads, padded ring row
+    width in pixels) of a line-buffer MVM node."""
+    v = layer.inputs[0]
+    kh, kw = layer.kernel_shape
+    sw, pl, pr = layer.strides[1], layer.pads[1], layer.pads[3]
+    ow = layer.output.width
+    krow = kw * v.channels
+    i0, i1 = node.r0 // krow, (node.r1 - 1) // krow + 1
+    if node.p0 // ow == (node.p1 - 1) // ow:
+        oxa, oxb = node.p0 % ow, (node.p1 - 1) % ow + 1
+    else:
+        oxa, oxb = 0, ow
+    x0 = max(0, oxa * sw - pl)
+    x1 = min(v.width, (oxb - 1) * sw - pl + kw)
+    wp = max(v.width + pl + pr, (ow - 1) * sw + kw)
+    return i0, i1, x0, x1, wp
+
+
+def _lines_rows(layer: Layer, node: ComputeNode, i0: int, i1: int) -> list[int]:
+    """Input rows the node loads (each once), in first-use order."""
+    v = layer.inputs[0]
+    sh, pt = layer.strides[0], layer.pads[0]
+    ow = layer.output.width
+    seen: dict[int, None] = {}
+    for oy in range(node.p0 // ow, (node.p1 - 1) // ow + 1):
+        for i in range(i0, i1):
+            iy = oy * sh - pt + i
+            if 0 <= iy < v.height:
+                seen.setdefault(iy, None)
+    return list(seen)
+
+
+def line_buffer_bytes(layer: Layer, node: ComputeNode, eb: int) -> tuple[int, int]:
+    """(host bytes a line-buffer lowering loads, bytes the per-pixel window lowering loads) for
+    the input window of an MVM node (the per-pixel figure assumes sliding windows)."""
+    v = layer.inputs[0]
+    kh, kw = layer.kernel_shape
+    sw = layer.strides[1]
+    i0, i1, x0, x1, _ = _lines_geometry(layer, node)
+    lines = len(_lines_rows(layer, node, i0, i1)) * max(0, x1 - x0) * v.channels * eb
+    k = node.r1 - node.r0
+    if k == layer.rows and sw < kw:
+        per_pixel = node.lanes * kh * sw * v.channels * eb
+    else:
+        per_pixel = node.lanes * k * eb
+    return lines, per_pixel
+
+
+def use_line_buffer(ctx: LowerCtx, node: ComputeNode) -> bool:
+    layer = ctx.sg.layers[node.layer]
+    if node.kind != NodeKind.MVM or layer.kind != LayerKind.GEMM:
+        return False
+    v = layer.inputs[0]
+    kh, kw = layer.kernel_shape
+    sh, sw = layer.strides
+    if v.chw is not None or v.pixels <= 1 or sw > kw or sh > kh:
+        return False
+    # the row groups of one reduction tree must agree (their send/recv pair pixel by pixel, and
+    # the per-pixel lowering goes in padding-class order): decide on the sum over the tree
+    key = (node.layer, node.replica, node.c0, node.p0)
+    if key not in ctx.line_choice:
+        tree = [
+            n
+            for n in ctx.sg.nodes
+            if n.kind == NodeKind.MVM and (n.layer, n.replica, n.c0, n.p0) == key
+        ]
+        cost = np.sum([line_buffer_bytes(layer, n, ctx.eb) for n in tree], axis=0)
+        ctx.line_choice[key] = bool(cost[0] < cost[1])
+    return ctx.line_choice[key]
+
+
+def lower_mvm_lines(
+    ctx: LowerCtx,
+    node: ComputeNode,
+    ag_base: int,
+    alloc: LocalAllocator,
+    bands: list[tuple[int, int]],
+    before: list[list[np.ndarray]],
+    after: list[list[np.ndarray]],
+) -> np.ndarray:
+    """MVM node over a local ring of kh input rows (zero-padded borders, zeroed once): each input
+    row segment the node needs is loaded from host memory once; a row tile within one kernel row
+    is read in place by the mvmul, others are assembled in the window with lmv. Band tokens go
+    before/after each band's output pixels."""
+    arch, eb = ctx.arch, ctx.eb
+    layer = ctx.sg.layers[node.layer]
+    v = layer.inputs[0]
+    c = v.channels
+    kh, kw = layer.kernel_shape
+    sh, sw = layer.strides
+    pt, pl = layer.pads[0], layer.pads[1]
+    ow = layer.output.width
+    krow = kw * c
+    cols = node.c1 - node.c0
+    tiles = row_tiles(arch, node.r0, node.r1)
+    srcs, dst_core = ctx.links.get(node.id, ((), -1))
+    i0, i1, x0, x1, wp = _lines_geometry(layer, node)
+    row_bytes = wp * c * eb
+    ring = alloc.alloc(kh * row_bytes, "ring")
+    zero_row = alloc.alloc(row_bytes, "zero row")
+    cross = [(a, b) for a, b in tiles if a // krow != (b - 1) // krow]
+    win = alloc.alloc(max((b - a for a, b in cross), default=1) * eb, "window")
+    ps_a = alloc.alloc(cols * eb, "psum")
+    residual = layer.inputs[1] if len(layer.inputs) > 1 and dst_core < 0 else None
+    need_b = len(tiles) > 1 or layer.activation == "silu" or bool(srcs) or residual is not None
+    ps_b = alloc.alloc(cols * eb, "psum2") if need_b else None
+    last = dst_core < 0
+    pro: list[np.ndarray] = [_sldi(R_IN0, ctx.address[v.buffer])]
+    regs = Regs(pro)
+    out = layer.output
+    if residual is not None:
+        pro.append(_sldi(R_IN1, ctx.address[residual.buffer]))
+    bias = None
+    if last:
+        pro.append(_sldi(R_OUT, ctx.address[out.buffer]))
+        bias = alloc.alloc(cols * eb, "bias")
+        pro.append(_sldi(R_CONST, ctx.address[layer.bias_buffer]))
+        pro.append(
+            make(
+                Opcode.LD,
+                rd=regs.loc(bias),
+                r1=R_CONST,
+                generic1=OFFSET_RS1,
+                generic2=node.c0 * eb,
+                generic3=cols * eb,
+            )
+        )
+    regs.loc(ps_a)
+    if ps_b is not None:
+        regs.loc(ps_b)
+    regs.loc(win)
+    # zero the ring and the zero row once (the padding columns are never written)
+    zero_all = [
+        make(Opcode.LLDI, rd=R_ZERO, r2_or_imm=0, generic1=OFFSET_RD, generic2=a, generic3=n)
+        for a, n in _chunks(ring, zero_row + row_bytes - ring)
+    ]
+    t_addr, t_src = TEMPS[3], TEMPS[2]
+    blocks: list[np.ndarray] = regs.flush() + zero_all
+    loaded: set[int] = set()
+    mbiw = arch.weight_bits
+
+    def slot(iy: int) -> int:
+        return ring + (iy % kh) * row_bytes
+
+    def load_row(iy: int) -> list[np.ndarray]:
+        loaded.add(iy)
+        base = slot(iy) + (x0 + pl) * c * eb
+        if v.contiguous:
+            host = (v.channel_offset + (iy * v.width + x0) * v.pixel_stride) * eb
+            return [
+                _sldi(t_addr, base),
+                make(
+                    Opcode.LD,
+                    rd=t_addr,
+                    r1=R_IN0,
+                    generic1=OFFSET_RS1,
+                    generic2=host,
+                    generic3=(x1 - x0) * c * eb,
+                ),
+            ]
+        xs = np.arange(x0, x1, dtype=np.int64)
+        b = Block(len(xs))
+        b.add(Opcode.SLDI, rd=t_addr, r2_or_imm=base + (xs - x0) * c * eb)
+        host = (v.channel_offset + (iy * v.width + xs) * v.pixel_stride) * eb
+        b.add(Opcode.LD, rd=t_addr, r1=R_IN0, generic1=OFFSET_RS1, generic2=host, generic3=c * eb)
+        return [b.build()]
+
+    for bi, (a, bnd) in enumerate(bands):
+        blocks += before[bi]
+        for oy in range(a // ow, (bnd - 1) // ow + 1):
+            pa, pb = max(a, oy * ow), min(bnd, (oy + 1) * ow)
+            rows_addr = []
+            for i in range(kh):
+                iy = oy * sh - pt + i
+                if i0 <= i < i1 and 0 <= iy < v.height:
+                    if iy not in loaded:
+                        blocks += load_row(iy)
+                    rows_addr.append(slot(iy))
+                else:
+                    rows_addr.append(zero_row)
+            ox = np.arange(pa - oy * ow, pb - oy * ow, dtype=np.int64)
+            pixels = np.arange(pa, pb, dtype=np.int64)
+            b = Block(len(ox))
+            for t, (ta, tb) in enumerate(tiles):
+                dst = ps_a if t == 0 else ps_b
+                i = ta // krow
+                if i == (tb - 1) // krow:
+                    addr = rows_addr[i] + (ox * sw * c + ta - i * krow) * eb
+                    b.add(Opcode.SLDI, rd=t_src, r2_or_imm=addr)
+                    src_reg = t_src
+                else:
+                    for s in range(ta, tb):
+                        if s != ta and s % krow:
+                            continue
+                        i = s // krow
+                        e = min(tb, (i + 1) * krow)
+                        addr = rows_addr[i] + (ox * sw * c + s - i * krow) * eb
+                        b.add(Opcode.SLDI, rd=t_src, r2_or_imm=addr)
+                        b.add(
+                            Opcode.LMV,
+                            rd=regs.loc(win + (s - ta) * eb, b),
+                            r1=t_src,
+                            generic3=(e - s) * eb,
+                        )
+                    src_reg = regs.loc(win, b)
+                b.add(
+                    Opcode.MVMUL,
+                    rd=regs.loc(dst, b),
+                    r1=src_reg,
+                    r2_or_imm=mbiw,
+                    generic2=ag_base + t,
+                )
+                if t > 0:
+                    _vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
+            _mvm_tail(b, regs, layer, node, srcs, dst_core, ps_a, ps_b, bias, residual, pixels, eb)
+            built = b.build()
+            blocks += regs.flush() + [built]
+        blocks += after[bi]
+    return concat(blocks)
+
+
+def _chunks(start: int, total: int, limit: int = 1 << 20) -> list[tuple[int, int]]:
+    return [(a, min(limit, start + total - a)) for a in range(start, start + total, limit)]
+
+
+def _mvm_tail(b, regs, layer, node, srcs, dst_core, ps_a, ps_b, bias, residual, pixels, eb):
+    """Row-group reduction, bias, fused residual, activation and store of an MVM lane block."""
+    cols = node.c1 - node.c0
+    out = layer.output
+    for src in srcs:
+        b.add(Opcode.RECV, rd=regs.loc(ps_b, b), r2_or_imm=src, generic3=cols * eb)
+        _vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
+    if dst_core >= 0:
+        b.add(Opcode.SEND, rd=regs.loc(ps_a, b), r2_or_imm=dst_core, generic3=cols * eb)
+        return
+    _vv(b, regs, Opcode.VVADD, ps_a, ps_a, bias, cols)
+    if residual is not None:
+        rv = residual
+        r_host = (rv.channel_offset + pixels * rv.pixel_stride + node.c0) * eb
+        _ld(b, regs, ps_b, R_IN1, r_host, cols * eb)
+        _vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
+    _activation(b, regs, layer.activation, ps_a, ps_b, cols)
+    host = (out.channel_offset + pixels * out.pixel_stride + node.c0) * eb
+    _st(b, regs, ps_a, host, cols * eb)
+
+
+def lower_node_bands(
+    ctx: LowerCtx,
+    node: ComputeNode,
+    ag_base: int,
+    bands: list[tuple[int, int]],
+    before: list[list[np.ndarray]],
+    after: list[list[np.ndarray]],
+) -> tuple[np.ndarray, int]:
+    """Instructions of a node lowered band by band with the band tokens in between, and its
+    local-memory peak: MVM nodes over a line buffer when it loads fewer host bytes, other nodes
+    as one sub-node per band."""
+    if use_line_buffer(ctx, node):
+        layer = ctx.sg.layers[node.layer]
+        alloc = LocalAllocator(
+            ctx.arch.core.local_memory.memory_size, node.core, f"node {node.id} ({layer.name})"
+        )
+        return lower_mvm_lines(ctx, node, ag_base, alloc, bands, before, after), alloc.top
+    parts: list[np.ndarray] = []
+    peak = 0
+    for i, (a, b) in enumerate(bands):
+        sub = node if (a, b) == (node.p0, node.p1) else replace(node, p0=a, p1=b)
+        code, pk = lower_node(ctx, sub, ag_base)
+        peak = max(peak, pk)
+        parts += before[i] + [code] + after[i]
+    return concat(parts), peak
