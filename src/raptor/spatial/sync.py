@@ -339,11 +339,9 @@ def _band_tokens(sg: SpatialGraph, base: SpatialGraph) -> SpatialGraph | None:
         for p in sorted({p for b in reads for p in writers.get(b, ()) if p != c}):
             idx = [k for k, (_, _, b) in enumerate(seq[p]) if b in reads]
             pos[p] = {k: j for j, k in enumerate(idx)}
-        reg = {p: credit_regs.get(c, 0) + i for i, p in enumerate(sorted(pos))}
-        if credit_regs.get(c, 0) + len(reg) > NUM_EVENT_REGISTERS:
-            return None
-        used[c] = credit_regs.get(c, 0) + len(reg)
-        done = dict.fromkeys(pos, 0)
+        # what each band of C needs from each producer core (count of its bands, cumulative)
+        needs: list[tuple[int, int, dict[int, int]]] = []  # (node id, band, {P: target})
+        nodes_of: dict[int, set[int]] = {}  # P -> C's nodes that need it
         for n in nodes:
             ly = sg.layers[n.layer]
             views = [ly.inputs[0]] if (n.kind == NodeKind.MVM and n.row_group > 0) else ly.inputs
@@ -361,15 +359,54 @@ def _band_tokens(sg: SpatialGraph, base: SpatialGraph) -> SpatialGraph | None:
                         for s, q0, q1 in wr[p, v.buffer]:
                             if need is None or (q0 < need[1] and q1 > need[0]):
                                 target[p] = max(target.get(p, 0), pos[p][s] + 1)
-                toks = []
-                for p, t in sorted(target.items()):
-                    if t > done[p]:
-                        toks.append(SyncToken(c, "wait", reg[p], t - done[p], "band"))
-                        done[p] = t
-                if toks:
-                    before[n.id, i] = toks
+                for p in target:
+                    nodes_of.setdefault(p, set()).add(n.id)
+                needs.append((n.id, i, target))
+        # over budget: producers needed by one node of C only share one register per node, and
+        # C waits once, before that node, for each of them to finish what C needs (safe: they
+        # sit in earlier layers, and C's earlier nodes are done by then)
+        budget = NUM_EVENT_REGISTERS - credit_regs.get(c, 0)
+        solo = set(nodes_of)
+        groups: dict[int, set[int]] = {}
+        while len(solo) + len(groups) > budget:
+            cand: dict[int, set[int]] = {}
+            for p in solo:
+                if len(nodes_of[p]) == 1:
+                    cand.setdefault(next(iter(nodes_of[p])), set()).add(p)
+            best = max(
+                cand.items(), key=lambda kv: len(kv[1]) - (kv[0] not in groups), default=None
+            )
+            if best is None or len(best[1]) - (best[0] not in groups) <= 0:
+                return None
+            groups.setdefault(best[0], set()).update(best[1])
+            solo -= best[1]
+        reg = {p: credit_regs.get(c, 0) + i for i, p in enumerate(sorted(solo))}
+        greg = {nid: credit_regs.get(c, 0) + len(reg) + i for i, nid in enumerate(sorted(groups))}
+        used[c] = credit_regs.get(c, 0) + len(reg) + len(greg)
+        done = dict.fromkeys(pos, 0)
+        first_band: dict[int, int] = {}
+        for nid, i, target in needs:
+            toks = []
+            for p, t in sorted(target.items()):
+                if p in solo and t > done[p]:
+                    toks.append(SyncToken(c, "wait", reg[p], t - done[p], "band"))
+                done[p] = max(done[p], t)
+            if nid in groups and nid not in first_band:
+                first_band[nid] = i
+                toks.insert(0, SyncToken(c, "wait", greg[nid], len(groups[nid]), "band-group"))
+            if toks:
+                before[nid, i] = toks
         for p, total in done.items():
-            for k, j in sorted(pos[p].items(), key=lambda kv: kv[1]):
+            if total == 0:
+                continue
+            ordered = sorted(pos[p].items(), key=lambda kv: kv[1])
+            if p not in solo:  # one sync after the last band C needs
+                (nid,) = nodes_of[p]
+                k = ordered[total - 1][0]
+                g_nid, bi, buf = seq[p][k]
+                after.setdefault((g_nid, bi), []).append(SyncToken(p, "sync", greg[nid], c, buf))
+                continue
+            for k, j in ordered:
                 if j >= total:
                     break
                 nid, bi, buf = seq[p][k]
@@ -380,6 +417,9 @@ def _band_tokens(sg: SpatialGraph, base: SpatialGraph) -> SpatialGraph | None:
         band_before=before,
         band_after=after,
     )
-    res.notes = {**base.notes, "event_registers": max(used.values(), default=0), "band_tokens": True}
+    res.notes = {
+        **base.notes,
+        "event_registers": max(used.values(), default=0),
+        "band_tokens": True,
+    }
     return res
-
