@@ -83,7 +83,10 @@ def choose_replication(
         r = reps[i]
         key = -(layer_ns(i, r) - layer_ns(i, r + 1)) / xb if latency else -layer_ns(i, r)
         heapq.heappush(heap, (key, i))
-    target = max([floor_ns] + [t * math.ceil(p / reps[i]) for i, (t, p, _, _) in gemm.items()])
+    slowest = max([t * math.ceil(p / reps[i]) for i, (t, p, _, _) in gemm.items()], default=0.0)
+    # latency: layers overlap by row bands, so a vector layer is split until its nodes are no
+    # slower than the slowest GEMM node (the global-memory floor would leave it on one core)
+    target = slowest if latency and slowest > 0 else max(floor_ns, slowest)
     splits = {
         i: max(1, min(sg.layers[i].out_pixels, math.ceil(w / target))) for i, w in vec_work.items()
     }
