@@ -78,3 +78,36 @@ def test_line_buffer_cuts_host_loads(monkeypatch):
     assert lines["conv3_n"] * 2.5 < per_pixel["conv3_n"]
     assert lines["conv7_n"] * 1.4 < per_pixel["conv7_n"]
     assert res.report["host_load_bytes"] == sum(lines.values())
+
+
+@pytest.mark.parametrize(
+    "op,k,s,p,hw,ceil",
+    [("MaxPool", 3, 1, 1, 8, 0), ("AveragePool", 3, 1, 1, 8, 0), ("MaxPool", 3, 2, 0, 15, 1)],
+)
+def test_pool_line_buffer_values_and_loads(op, k, s, p, hw, ceil):
+    """Pools over a line buffer: values match onnxruntime (padding excluded from max/avg counts,
+    ceil-mode edges) and a stride-1 3x3 pool loads its input once (not 9 times)."""
+    import math
+
+    from toy import ARCH_TINY, OnnxBuilder, max_rel_err, reference
+
+    from raptor.sim import simulate
+
+    arch = load_arch(str(ARCH_TINY))
+    b = OnnxBuilder(0)
+    x = b.conv("x", 3, 8)
+    attrs = dict(kernel_shape=[k, k], strides=[s, s], pads=[p] * 4)
+    if ceil:
+        attrs["ceil_mode"] = 1
+    o = (math.ceil if ceil else math.floor)((hw + 2 * p - k) / s) + 1
+    model = b.model([1, 3, hw, hw], b.node(op, [x], **attrs), [1, 8, o, o])
+    res = compile_model(model, arch, CompileOptions(disable_spatial_planning=True))
+    rng = np.random.default_rng(1)
+    ins = [{"x": rng.standard_normal((1, 3, hw, hw)).astype(np.float32)}]
+    out = simulate(res.program, arch, "latency", 1, ins).outputs[0]
+    ref = reference(model, ins)[0]
+    assert max_rel_err(next(iter(out.values())), next(iter(ref.values()))) < 1e-3
+    loads = {k2: v for k2, v in res.report["host_load_bytes_per_layer"].items() if "pool" in k2}
+    if s == 1:
+        (v,) = loads.values()
+        assert v <= hw * hw * 8 * 2 + 8 * 2 * 16  # input once (+ the avg reciprocals)

@@ -738,6 +738,12 @@ def lower_node_bands(
             ctx.arch.core.local_memory.memory_size, node.core, f"node {node.id} ({layer.name})"
         )
         return lower_mvm_lines(ctx, node, ag_base, alloc, bands, before, after), alloc.top
+    if use_pool_line_buffer(ctx, node):
+        layer = ctx.sg.layers[node.layer]
+        alloc = LocalAllocator(
+            ctx.arch.core.local_memory.memory_size, node.core, f"node {node.id} ({layer.name})"
+        )
+        return lower_pool_lines(ctx, node, alloc, bands, before, after), alloc.top
     parts: list[np.ndarray] = []
     peak = 0
     for i, (a, b) in enumerate(bands):
@@ -746,3 +752,166 @@ def lower_node_bands(
         peak = max(peak, pk)
         parts += before[i] + [code] + after[i]
     return concat(parts), peak
+
+
+def _pool_lines_bytes(layer: Layer, node: ComputeNode, eb: int) -> tuple[int, int]:
+    """(host bytes a line-buffer pool loads, bytes the per-pixel window pool loads)."""
+    v = layer.inputs[0]
+    kh, kw = layer.kernel_shape
+    full = replace(node, r0=0, r1=kh * kw * v.channels)
+    i0, i1, x0, x1, _ = _lines_geometry(layer, full)
+    lines = len(_lines_rows(layer, full, 0, kh)) * max(0, x1 - x0) * v.channels * eb
+    per_pixel = sum(len(cl.pixels) * cl.count for cl in window_classes(layer, node.p0, node.p1))
+    return lines, per_pixel * v.channels * eb
+
+
+def lower_pool_lines(
+    ctx: LowerCtx,
+    node: ComputeNode,
+    alloc: LocalAllocator,
+    bands: list[tuple[int, int]],
+    before: list[list[np.ndarray]],
+    after: list[list[np.ndarray]],
+) -> np.ndarray:
+    """Max/average pool over a local ring of kh input rows, each loaded once: per output row the
+    in-bounds rows are reduced into one row, then each pixel reduces its in-bounds columns (lanes
+    grouped by horizontal padding class). Band tokens go before/after each band."""
+    eb = ctx.eb
+    layer = ctx.sg.layers[node.layer]
+    v, out = layer.inputs[0], layer.output
+    c = v.channels
+    kh, kw = layer.kernel_shape
+    sh, sw = layer.strides
+    pt, pl = layer.pads[0], layer.pads[1]
+    ow = out.width
+    is_max = layer.kind == LayerKind.MAXPOOL
+    op = Opcode.VVMAX if is_max else Opcode.VVADD
+    full = replace(node, r0=0, r1=kh * kw * c)
+    _, _, x0, x1, _ = _lines_geometry(layer, full)
+    row_bytes = v.width * c * eb
+    pro: list[np.ndarray] = [
+        _sldi(R_IN0, ctx.address[v.buffer]),
+        _sldi(R_OUT, ctx.address[out.buffer]),
+    ]
+    regs = Regs(pro)
+    counts = None
+    recip = None
+    if not is_max:
+        counts = pool_counts(layer)
+        recip = alloc.alloc(len(counts) * c * eb, "recip")
+        pro.append(_sldi(R_CONST, ctx.address[f"{layer.name}.recip"]))
+        pro.append(
+            make(
+                Opcode.LD,
+                rd=regs.loc(recip),
+                r1=R_CONST,
+                generic1=OFFSET_RS1,
+                generic2=0,
+                generic3=len(counts) * c * eb,
+            )
+        )
+    ring = alloc.alloc(kh * row_bytes, "ring")
+    red = alloc.alloc(row_bytes, "row")
+    acc = alloc.alloc(c * eb, "acc")
+    tmp = alloc.alloc(c * eb, "tmp")
+    regs.loc(acc)
+    regs.loc(red)
+    t_addr, t_src = TEMPS[3], TEMPS[2]
+    blocks: list[np.ndarray] = regs.flush()
+    loaded: set[int] = set()
+    seg = (x1 - x0) * c
+
+    def slot(iy: int) -> int:
+        return ring + (iy % kh) * row_bytes
+
+    for bi, (a, bnd) in enumerate(bands):
+        blocks += before[bi]
+        for oy in range(a // ow, (bnd - 1) // ow + 1):
+            pa, pb = max(a, oy * ow), min(bnd, (oy + 1) * ow)
+            rows = [oy * sh - pt + i for i in range(kh) if 0 <= oy * sh - pt + i < v.height]
+            for iy in rows:
+                if iy in loaded:
+                    continue
+                loaded.add(iy)
+                base = slot(iy) + x0 * c * eb
+                if v.contiguous:
+                    host = (v.channel_offset + (iy * v.width + x0) * v.pixel_stride) * eb
+                    blocks += [
+                        _sldi(t_addr, base),
+                        make(
+                            Opcode.LD,
+                            rd=t_addr,
+                            r1=R_IN0,
+                            generic1=OFFSET_RS1,
+                            generic2=host,
+                            generic3=seg * eb,
+                        ),
+                    ]
+                else:
+                    xs = np.arange(x0, x1, dtype=np.int64)
+                    lb = Block(len(xs))
+                    lb.add(Opcode.SLDI, rd=t_addr, r2_or_imm=base + (xs - x0) * c * eb)
+                    lb.add(
+                        Opcode.LD,
+                        rd=t_addr,
+                        r1=R_IN0,
+                        generic1=OFFSET_RS1,
+                        generic2=(v.channel_offset + (iy * v.width + xs) * v.pixel_stride) * eb,
+                        generic3=c * eb,
+                    )
+                    blocks.append(lb.build())
+            # vertical reduction of the in-bounds rows into `red` (columns x0..x1)
+            r0 = red + x0 * c * eb
+            rb = Block(1)
+            s0 = slot(rows[0]) + x0 * c * eb
+            if len(rows) == 1:
+                rb.add(Opcode.SLDI, rd=t_src, r2_or_imm=s0)
+                rb.add(Opcode.LMV, rd=regs.loc(r0, rb), r1=t_src, generic3=seg * eb)
+            else:
+                rb.add(Opcode.SLDI, rd=t_src, r2_or_imm=s0)
+                rb.add(Opcode.SLDI, rd=t_addr, r2_or_imm=slot(rows[1]) + x0 * c * eb)
+                rb.add(op, rd=regs.loc(r0, rb), r1=t_src, r2_or_imm=t_addr, generic3=seg)
+                for iy in rows[2:]:
+                    rb.add(Opcode.SLDI, rd=t_addr, r2_or_imm=slot(iy) + x0 * c * eb)
+                    rb.add(
+                        op, rd=regs.loc(r0, rb), r1=regs.loc(r0, rb), r2_or_imm=t_addr, generic3=seg
+                    )
+            blocks += regs.flush() + [rb.build()]
+            # horizontal reduction per pixel, lanes grouped by in-bounds columns
+            ox = np.arange(pa - oy * ow, pb - oy * ow, dtype=np.int64)
+            ix0 = ox * sw - pl
+            jlo = np.clip(-ix0, 0, kw)
+            jhi = np.clip(v.width - ix0, 0, kw)
+            key = jlo * (kw + 1) + jhi
+            parts = []
+            for k in np.unique(key):
+                m = key == k
+                lo, hi = int(jlo[m][0]), int(jhi[m][0])
+                xs = ix0[m]
+                b = Block(int(m.sum()))
+                b.add(Opcode.SLDI, rd=t_src, r2_or_imm=red + (xs + lo) * c * eb)
+                b.add(Opcode.LMV, rd=regs.loc(acc, b), r1=t_src, generic3=c * eb)
+                for j in range(lo + 1, hi):
+                    b.add(Opcode.SLDI, rd=t_src, r2_or_imm=red + (xs + j) * c * eb)
+                    b.add(op, rd=regs.loc(acc, b), r1=regs.loc(acc, b), r2_or_imm=t_src, generic3=c)
+                if recip is not None:
+                    cnt = kh * kw if layer.count_include_pad else len(rows) * (hi - lo)
+                    _vv(b, regs, Opcode.VVMUL, acc, acc, recip + counts.index(cnt) * c * eb, c)
+                _activation(b, regs, layer.activation, acc, tmp, c)
+                pix = oy * ow + ox[m]
+                _st(b, regs, acc, (out.channel_offset + pix * out.pixel_stride) * eb, c * eb)
+                parts.append((np.flatnonzero(m), len(b.slots), b.build()))
+            blocks += regs.flush() + [_merge_lanes(parts)]
+        blocks += after[bi]
+    return concat(blocks)
+
+
+def use_pool_line_buffer(ctx: LowerCtx, node: ComputeNode) -> bool:
+    layer = ctx.sg.layers[node.layer]
+    if layer.kind not in (LayerKind.MAXPOOL, LayerKind.AVGPOOL):
+        return False
+    v = layer.inputs[0]
+    if v.chw is not None or layer.strides[1] > layer.kernel_shape[1]:
+        return False
+    lines, per_pixel = _pool_lines_bytes(layer, node, ctx.eb)
+    return lines < per_pixel
