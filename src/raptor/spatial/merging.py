@@ -29,9 +29,14 @@ def _chain_layers(nodes: list[ComputeNode]) -> set[int]:
 
 
 def pack_balanced(
-    arch: Arch, nodes: list[ComputeNode], times: np.ndarray
+    arch: Arch, nodes: list[ComputeNode], times: np.ndarray, span: int | None = None
 ) -> tuple[list[ComputeNode], np.ndarray]:
-    """Balanced packing; returns the placed nodes (input order) and the estimated load per core (ns)."""
+    """Balanced packing; returns the placed nodes (input order) and the estimated load per core (ns).
+
+    `span` (pipelined throughput): a core only takes nodes whose layers lie within `span` layers
+    of each other while some core with room allows it. A core restarts the next input only after
+    its last node of this one, so a core holding conv1 and fc would tie the pipeline period to
+    the whole latency."""
     cores, cap = arch.core_count, arch.crossbars_per_core
     load = np.zeros(cores)
     used = np.zeros(cores, dtype=np.int64)
@@ -40,6 +45,8 @@ def pack_balanced(
     holds: dict[int, np.ndarray] = {i: np.zeros(cores, bool) for i in chain}
     # big crossbar users first (bin-packing feasibility), then by time (load balance)
     order = np.lexsort((-times, -np.array([n.crossbars for n in nodes])))
+    lo = np.full(cores, np.inf)
+    hi = np.full(cores, -np.inf)
     for k in order:
         n = nodes[k]
         ok = used + n.crossbars <= cap
@@ -47,7 +54,13 @@ def pack_balanced(
             ok &= ~holds[n.layer]
         if not ok.any():
             raise _no_room(arch, n, used)
+        if span is not None:
+            near = ~np.isfinite(lo) | ((np.maximum(hi, n.layer) - np.minimum(lo, n.layer)) <= span)
+            if (ok & near).any():
+                ok &= near
         c = int(np.argmin(np.where(ok, load, np.inf)))
+        lo[c] = min(lo[c], n.layer)
+        hi[c] = max(hi[c], n.layer)
         if n.layer in holds:
             holds[n.layer][c] = True
         load[c] += times[k]

@@ -138,6 +138,7 @@ class SpatialPlanningPass:
     """Replicate, merge and place compute nodes (see module docstring)."""
 
     latency: bool = False  # plan for one input's latency rather than pipeline throughput
+    span: int | None = None  # layer window per core (merging.pack_balanced), pipelined mode
     name: ClassVar[str] = "spatial-planning"
 
     def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
@@ -147,7 +148,7 @@ class SpatialPlanningPass:
             nodes = make_nodes(sg, arch, reps, splits)
             times = np.array([node_ns(arch, sg.layers[n.layer], n) for n in nodes])
             try:
-                placed, _ = pack_balanced(arch, nodes, times)
+                placed, _ = pack_balanced(arch, nodes, times, self.span)
             except PassFailedError as e:
                 last_err = e
                 continue
