@@ -90,12 +90,13 @@ def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> 
 
 
 def _span(sg, opts) -> int | None:
-    """Pipelined throughput: keep each core's layers within a quarter of the network
-    (merging.pack_balanced); measured arch-a p4 vs no window: resnet34 12.7 -> 16.7/s, resnet18
-    27.2 -> 32.2/s, googlenet 22.6 -> 24.3/s, vgg8 150 -> 164/s (0.15 and 0.35 measured worse)."""
+    """Pipelined throughput: keep each core's layers within 35% of the network's layers
+    (merging.pack_balanced). Measured p4 vs no window, arch-a: resnet34 12.7 -> 16.5/s, resnet18
+    27.2 -> 31.7/s, googlenet 22.6 -> 23.9/s, vgg8 150 -> 159/s; arch-b resnet18 25.8 -> 30.7/s.
+    A quarter measured better on arch-a but below 1/latency on resnet18 arch-b (22.3/s)."""
     if opts.pipeline <= 1:
         return None
-    return max(1, len(sg.layers) // 4)
+    return max(1, int(len(sg.layers) * 0.35))
 
 
 def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, Any]:
