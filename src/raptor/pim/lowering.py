@@ -12,6 +12,11 @@ vvadd reduction; a row group of a multi-group layer then recv's and vvadd's the 
 its reduction subtrees (ir.SpatialGraph.reduce_links) and sends its sum to its parent; the root
 (or only) group adds bias (and a fused residual, spatial/fusion.py), applies the activation and
 st's the column slice into the pixel.
+
+Line buffers (`lower_node_bands`, used by codegen for every node): an MVM or pool node whose input
+rows are cheaper to load once than per pixel keeps a ring of kh input rows in local memory and
+reads its windows from there (`lower_mvm_lines`, `lower_pool_lines`); the node's row-band tokens
+(spatial/sync.py) go between its bands.
 """
 
 from __future__ import annotations

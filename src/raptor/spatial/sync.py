@@ -2,7 +2,10 @@
 
 Data tokens: for each host buffer B and each core C that reads B, every other core P that writes B
 executes `sync ev, C` after its last node writing B, and C executes `wait ev, |P|` before its first
-node reading B (one event register of C per buffer).
+node reading B (one event register of C per buffer). With `bands=True` (Raptor) these buffer tokens
+are replaced by row-band tokens (`_band_tokens`): nodes run in bands of output rows, producers sync
+after each band and consumers wait, per band, only for the producer bands their windows read, so
+layers overlap within one inference; the buffer tokens remain the fallback past 32 registers.
 
 Credit tokens (throughput mode, pipeline > 1) keep B alive until its last reader is done and gate
 the restart of its writers. Two placements:
