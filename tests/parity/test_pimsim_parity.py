@@ -57,21 +57,11 @@ MEASURED = {
 }
 
 # Our engine vs pimsim-nn where they disagree by more than 1% (measured; see the final report).
-_UNIT_CYCLE = (
-    "our engine charges vector/lldi/lmv/ld 5 cycles fetch->finish and 3 cycles between "
-    "back-to-back unit instructions (the matrix unit's figures); pimsim-nn takes 4 and 2 for "
-    "those units"
-)
 OURS_XFAIL = {
     "two_mvm_rob8_disjoint": "rob_size 8 overlaps MVMs on disjoint array groups in pimsim-nn "
     "(1985 ns, 52950.48 pJ); our engine serialises them as rob_size 1 (3323 ns, 55626.48 pJ)",
     "vector_no_setbw": "without setbw pimsim-nn moves 0 bytes per vector op (61 ns, 122 pJ); our "
-    "engine charges the traffic (421 ns, 842 pJ); pimsim_rules flags such programs",
-    "vector8": f"{_UNIT_CYCLE}: pimsim 417 ns / 834 pJ, ours 422 ns / 844 pJ (+1.20%)",
-    "lldi_lmv": f"{_UNIT_CYCLE}: pimsim 168 ns / 336 pJ, ours 170 ns / 340 pJ (+1.19%)",
-    "lldi_only": f"{_UNIT_CYCLE}: pimsim 35 ns / 70 pJ, ours 36 ns / 72 pJ (+2.86%)",
-    "sync_wait": "pimsim 163 ns / 535 pJ, ours 165 ns / 541 pJ (+1.23% / +1.12%; lldi cycle "
-    "offsets as in lldi_only, one per core)",
+    "engine charges the traffic (416 ns, 832 pJ); pimsim_rules flags such programs",
 }
 
 _cache: dict[str, object] = {}

@@ -11,7 +11,9 @@ plain tuples `(time_ns, seq, kind, a, b)`.
 Core timing (rob_size 1, calibrated on pimsim-nn.md §5 and §9.8): one instruction is fetched per
 cycle; scalar ops and setbw execute in decode; a unit instruction dispatches at
 max(fetch + 2 cycles, previous unit instruction's end + 3 cycles) and the core finishes 3 cycles
-after its last unit instruction ends (one 8-bit MVM: 3 + 1655 + 3 = 1661 ns; two: 3319 ns).
+after its last unit instruction ends (one 8-bit MVM: 3 + 1655 + 3 = 1661 ns; two: 3319 ns); after
+vector, lldi, lmv and ld it is 2 cycles, not 3 (pimsim-nn: first such instruction finished 4
+cycles after fetch, 2 cycles between back-to-back ones).
 rob_size > 1 is simulated as rob_size 1 (each core serialised, array groups never overlap).
 
 Values change when the instruction takes effect: host memory is read when an ld's request is
@@ -45,7 +47,8 @@ _LD, _ST, _LLDI, _LMV, _SEND, _RECV, _WAIT, _SYNC = 25, 26, 27, 28, 29, 30, 31, 
 _SETBW, _MVMUL = 8, 9
 _VEC_LO, _VEC_HI = 10, 24
 DISPATCH_CYCLES = 2  # fetch -> dispatch
-RETIRE_CYCLES = 3  # unit end -> next dispatch / core finish
+RETIRE_CYCLES = 3  # matrix (and st/send/recv/sync/wait) end -> next dispatch / core finish
+FAST_RETIRE_CYCLES = 2  # the same after vector, lldi, lmv and ld (pimsim-nn measured)
 
 
 def describe(stream: np.ndarray, pc: int) -> str:
@@ -186,7 +189,13 @@ class Engine:
         raise SimulationError(f"deadlock at {self.now:.0f} ns: " + "; ".join(parts))
 
     def _resume(
-        self, c: _Core, start: float, end: float, stall: float, stall_kind: str = "sync"
+        self,
+        c: _Core,
+        start: float,
+        end: float,
+        stall: float,
+        stall_kind: str = "sync",
+        retire: int = RETIRE_CYCLES,
     ) -> None:
         """A blocked shared-state instruction of core c completed at `end`: continue the core."""
         st = c.stats
@@ -197,7 +206,7 @@ class Engine:
             st.stall_recv_ns += stall
         else:
             st.stall_memory_ns += stall
-        c.te = end + RETIRE_CYCLES * self.period
+        c.te = end + retire * self.period
         c.blocked = None
         c.pend = None
         c.pc += 1
@@ -216,7 +225,9 @@ class Engine:
             wr, e = self.local.cost(size, True)
             self.energy.local_memory_pj += e
             end = mend + wr
-        self._resume(c, s, end, mstart - t, "memory")
+        self._resume(
+            c, s, end, mstart - t, "memory", RETIRE_CYCLES if is_st else FAST_RETIRE_CYCLES
+        )
 
     def _sync_arrive(self, d: _Core, ev: int) -> None:
         d.ev[ev] += 1
@@ -291,6 +302,7 @@ class Engine:
         P = self.period
         P2 = DISPATCH_CYCLES * P
         P3 = RETIRE_CYCLES * P
+        PF = FAST_RETIRE_CYCLES * P
         ibiw, obiw = c.ibiw, c.obiw
         ib = max(1, math.ceil(ibiw / 8)) if ibiw else 1
         ob = max(1, math.ceil(obiw / 8)) if obiw else 1
@@ -412,7 +424,7 @@ class Engine:
                     busy_v += lat
                     e_v += ev_
                     e_l += el
-                    te = s + lat + P3
+                    te = s + lat + PF
                 elif op == _LLDI or op == _LMV:
                     sel = g1s[pc]
                     off = g2s[pc]
@@ -436,7 +448,7 @@ class Engine:
                         e += er
                     busy_t += lat
                     e_l += e
-                    te = s + lat + P3
+                    te = s + lat + PF
                 elif op == _SYNC:
                     dst = imms[pc]
                     evr = g1s[pc]
