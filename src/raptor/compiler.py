@@ -56,11 +56,13 @@ def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> 
     from raptor.spatial.build import build_spatial
     from raptor.spatial.fusion import ResidualFusionPass
     from raptor.spatial.planning import SpatialPlanningPass, estimates, plain_assignment
+    from raptor.spatial.sibling import SiblingMergePass
     from raptor.spatial.sync import SynchronizationPass
     from raptor.spatial.tiling import TilingPass
 
     sg = timed("build-spatial", build_spatial, graph, arch.element_bytes, arch.matrix.rows)
     sg = timed(ResidualFusionPass.name, ResidualFusionPass().apply, sg)
+    sg = timed(SiblingMergePass.name, SiblingMergePass().apply, sg)
     sg = timed(TilingPass.name, TilingPass().apply, arch, sg)
     # Both modes plan for the shortest layer steps: with one host buffer per tensor the pipeline
     # period is set by adjacent layers' overlap, and the throughput objective (shave the slowest
