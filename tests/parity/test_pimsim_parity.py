@@ -58,8 +58,6 @@ MEASURED = {
 
 # Our engine vs pimsim-nn where they disagree by more than 1% (measured; see the final report).
 OURS_XFAIL = {
-    "two_mvm_rob8_disjoint": "rob_size 8 overlaps MVMs on disjoint array groups in pimsim-nn "
-    "(1985 ns, 52950.48 pJ); our engine serialises them as rob_size 1 (3323 ns, 55626.48 pJ)",
     "vector_no_setbw": "without setbw pimsim-nn moves 0 bytes per vector op (61 ns, 122 pJ); our "
     "engine charges the traffic (416 ns, 832 pJ); pimsim_rules flags such programs",
 }

@@ -14,7 +14,16 @@ max(fetch + 2 cycles, previous unit instruction's end + 3 cycles) and the core f
 after its last unit instruction ends (one 8-bit MVM: 3 + 1655 + 3 = 1661 ns; two: 3319 ns); after
 vector, lldi, lmv and ld it is 2 cycles, not 3 (pimsim-nn: first such instruction finished 4
 cycles after fetch, 2 cycles between back-to-back ones).
-rob_size > 1 is simulated as rob_size 1 (each core serialised, array groups never overlap).
+rob_size > 1 (pimcomp.md §3.2, pimsim-nn `ReorderBuffer`): up to rob_size unit instructions in
+flight per core, dispatched in order; an instruction dispatches once no in-flight instruction
+uses its unit (each array group is a unit, the vector unit one, the transfer unit one) or has a
+RAW/WAR/WAW conflict with its local-memory ranges, and a ROB entry is free; an entry is held
+until its end + the retire cycles. The local-memory port serves one transaction at a time: the
+read and write phases of overlapping instructions queue on it (two 8-bit MVMs on two array
+groups: the second's read waits 320 ns for the first's, 1985 ns in all, as in pimsim-nn).
+Values are computed at dispatch in program order, which equals completion-time order because
+conflicting instructions never overlap. ld, st, send, recv and wait still block the core until
+they complete (later instructions do not overtake them). With rob_size 1 none of this runs.
 
 Values change when the instruction takes effect: host memory is read when an ld's request is
 served by the global memory queue and written when a st's request is served (the queue is FIFO,
@@ -24,6 +33,7 @@ rendezvous. A program that does not order a reader after a writer reads stale da
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 
@@ -67,8 +77,32 @@ def describe(stream: np.ndarray, pc: int) -> str:
 class _Core:
     __slots__ = (
         "id", "stream", "cols", "n", "pc", "rnd", "tf", "te", "regs", "ev", "local", "ibiw", "obiw",
-        "blocked", "pend", "done", "matrix", "stats",
+        "blocked", "pend", "done", "matrix", "stats", "rob",
     )  # fmt: skip
+
+
+class _Rob:
+    """Reorder-buffer state of one core (rob_size > 1 only)."""
+
+    __slots__ = ("size", "inflight", "port", "floor")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        # (release ns, unit, read ranges, write ranges); unit: array group >= 0, UNIT_V, UNIT_T
+        self.inflight: list[tuple] = []
+        self.port: list[tuple[float, float]] = []  # busy intervals of the local-memory port
+        self.floor = 0.0  # next dispatch no earlier (a blocking instruction's completion)
+
+
+UNIT_V, UNIT_T = -1, -2
+
+
+def _overlap(xs: tuple, ys: tuple) -> bool:
+    for a, b in xs:
+        for c, d in ys:
+            if a < d and c < b:
+                return True
+    return False
 
 
 class Engine:
@@ -127,6 +161,7 @@ class Engine:
             ws += [None] * (len(xbars) - len(ws))
             c.matrix = MatrixUnit(arch, xbars, ws)
             c.stats = CoreStats(core=i)
+            c.rob = _Rob(arch.core.rob_size) if arch.core.rob_size > 1 else None
             self.cores.append(c)
 
     # ---------------------------------------------------------------- helpers
@@ -141,6 +176,55 @@ class Engine:
     def _check(self, c: _Core, start: int, n: int, size: int, what: str) -> None:
         if start < 0 or start + n > size:
             raise self._err(c, f"{what} [{start}, {start + n}) out of range (size {size} elements)")
+
+    # ---------------------------------------------------------------- reorder buffer
+    def _rob_slot(self, c: _Core, base: float, unit: int, reads: tuple, writes: tuple) -> float:
+        """Dispatch time (>= base) of the next instruction in order: after every in-flight
+        instruction on the same unit or with a RAW/WAR/WAW local-range conflict has retired, and
+        once the ROB has a free entry."""
+        rb = c.rob
+        s = base if base > rb.floor else rb.floor
+        live = [e for e in rb.inflight if e[0] > s]
+        for rel, u, rr, ww in live:
+            if rel > s and (
+                u == unit or _overlap(writes, rr) or _overlap(writes, ww) or _overlap(reads, ww)
+            ):
+                s = rel
+        while True:
+            later = [e[0] for e in live if e[0] > s]
+            if len(later) < rb.size:
+                break
+            s = min(later)
+        rb.inflight = [e for e in live if e[0] > s]
+        rb.port = [iv for iv in rb.port if iv[1] > s]
+        return s
+
+    def _rob_issue(
+        self, c: _Core, s: float, unit: int, reads: tuple, writes: tuple, phases, retire: float
+    ) -> float:
+        """Run an instruction dispatched at s through its phases ((True, ns) on the local-memory
+        port, which serves one transaction at a time, or (False, ns) inside the unit); record it
+        in flight until end + retire. Returns its end."""
+        rb = c.rob
+        port = rb.port
+        t = s
+        for on_port, dur in phases:
+            if not on_port:
+                t += dur
+                continue
+            if dur <= 0:
+                continue
+            x = t
+            for a, b in port:
+                if b <= x:
+                    continue
+                if a >= x + dur:
+                    break
+                x = b
+            bisect.insort(port, (x, x + dur))
+            t = x + dur
+        rb.inflight.append((t + retire, unit, reads, writes))
+        return t
 
     # ---------------------------------------------------------------- main loop
     def run(self) -> None:
@@ -206,7 +290,13 @@ class Engine:
             st.stall_recv_ns += stall
         else:
             st.stall_memory_ns += stall
-        c.te = end + retire * self.period
+        rel = end + retire * self.period
+        if c.rob is None:
+            c.te = rel
+        else:
+            c.rob.floor = rel
+            if rel > c.te:
+                c.te = rel
         c.blocked = None
         c.pend = None
         c.pc += 1
@@ -316,6 +406,7 @@ class Engine:
         busy_m = busy_v = busy_t = 0.0
         e_m = e_v = e_l = 0.0
         rounds = self.rounds
+        rob = c.rob
         try:
             while True:
                 if pc >= n:
@@ -352,9 +443,10 @@ class Engine:
                     continue
                 # a unit instruction: dispatch
                 s = tf + P2
-                if te > s:
-                    s = te
-                tf = s
+                if rob is None:
+                    if te > s:
+                        s = te
+                    tf = s
                 if op == _MVMUL:
                     if ibiw <= 0:
                         c.pc = pc
@@ -386,7 +478,17 @@ class Engine:
                     busy_m += dur
                     e_m += em
                     e_l += el
-                    te = s + dur + P3
+                    if rob is None:
+                        te = s + dur + P3
+                    else:
+                        rr = ((a, a + rows),)
+                        ww = ((d, d + cols),)
+                        s = tf = self._rob_slot(c, s, g, rr, ww)
+                        end = self._rob_issue(
+                            c, s, g, rr, ww, ((True, rdn), (False, lat), (True, wrn)), P3
+                        )
+                        if end + P3 > te:
+                            te = end + P3
                 elif op <= _VEC_HI:
                     length = g3s[pc]
                     if length <= 0 or op in vec.UNSUPPORTED:
@@ -424,7 +526,23 @@ class Engine:
                     busy_v += lat
                     e_v += ev_
                     e_l += el
-                    te = s + lat + PF
+                    if rob is None:
+                        te = s + lat + PF
+                    else:
+                        if op in vec.STRIDED:
+                            rr = ((a, a + span),)
+                        else:
+                            rr = ((a, a + length),)
+                            if op in vec.TWO_OPERANDS:
+                                rr = ((a, a + length), (b, b + length))
+                        ww = ((d, d + (1 if op in vec.SCALAR_RESULT else length)),)
+                        s = tf = self._rob_slot(c, s, UNIT_V, rr, ww)
+                        vr, vc, vw = self.vector.parts(op, length, ib, ob, local)
+                        end = self._rob_issue(
+                            c, s, UNIT_V, rr, ww, ((True, vr), (False, vc), (True, vw)), PF
+                        )
+                        if end + PF > te:
+                            te = end + PF
                 elif op == _LLDI or op == _LMV:
                     sel = g1s[pc]
                     off = g2s[pc]
@@ -435,6 +553,9 @@ class Engine:
                         c.pc = pc
                         raise self._err(c, "local address out of range")
                     lat, e = lcost(size, True)
+                    wl = lat
+                    rl = 0.0
+                    rr = ()
                     if op == _LLDI:
                         L[d : d + m] = imms[pc]
                     else:
@@ -446,25 +567,44 @@ class Engine:
                         rl, er = lcost(size, False)
                         lat += rl
                         e += er
+                        rr = ((a, a + m),)
                     busy_t += lat
                     e_l += e
-                    te = s + lat + PF
+                    if rob is None:
+                        te = s + lat + PF
+                    else:
+                        ww = ((d, d + m),)
+                        s = tf = self._rob_slot(c, s, UNIT_T, rr, ww)
+                        end = self._rob_issue(c, s, UNIT_T, rr, ww, ((True, rl), (True, wl)), PF)
+                        if end + PF > te:
+                            te = end + PF
                 elif op == _SYNC:
                     dst = imms[pc]
                     evr = g1s[pc]
                     if not 0 <= dst < len(self.cores) or not 0 <= evr < 32:
                         c.pc = pc
                         raise self._err(c, "sync to a core or event register that does not exist")
+                    if rob is not None:
+                        s = tf = self._rob_slot(c, s, UNIT_T, (), ())
+                        self._rob_issue(c, s, UNIT_T, (), (), ((False, P),), P3)
                     arr = self.noc.message(s, c.id, dst, 1)
                     self._push(arr, EV_SYNC, dst, evr)
                     busy_t += P
-                    te = s + P + P3
+                    if s + P + P3 > te or rob is None:
+                        te = s + P + P3
                 elif op == _WAIT:
                     evr = g1s[pc]
                     val = g2s[pc]
+                    if rob is not None:  # waits for nothing in flight; blocks later dispatch
+                        s = tf = self._rob_slot(c, s, -3, (), ())
                     if c.ev[evr] >= val:  # already satisfied: arrivals only add
                         c.ev[evr] -= val
-                        te = s + P3
+                        if rob is None:
+                            te = s + P3
+                        else:
+                            rob.floor = s + P3
+                            if s + P3 > te:
+                                te = s + P3
                     else:
                         c.pend = (evr, val)
                         c.pc, c.tf, c.te, c.ibiw, c.obiw = pc, tf, te, ibiw, obiw
@@ -486,6 +626,11 @@ class Engine:
                             la = (R[r1s[pc]] + (off if sel & 2 else 0)) // eb
                         self._check(c, la, m, LN, "local range")
                         self._check(c, ha, m, self.host.size, "host range")
+                        if rob is not None:
+                            rw = ((la, la + m),)
+                            s = c.tf = self._rob_slot(
+                                c, s, UNIT_T, rw if op == _ST else (), () if op == _ST else rw
+                            )
                         c.pend = (op == _ST, s, ha, la, m, size)
                         c.blocked = "memory"
                         if op == _ST:
@@ -503,6 +648,11 @@ class Engine:
                             raise self._err(
                                 c,
                                 f"{'send to' if op == _SEND else 'recv from'} invalid core {other}",
+                            )
+                        if rob is not None:
+                            rw = ((la, la + m),)
+                            s = c.tf = self._rob_slot(
+                                c, s, UNIT_T, rw if op == _SEND else (), () if op == _SEND else rw
                             )
                         c.pend = (other, la, m, size, s)
                         if op == _SEND:

@@ -72,6 +72,19 @@ class VectorUnit:
             self._cache[key] = c
         return c
 
+    def parts(
+        self, op: int, length: int, ibytes: int, obytes: int, local: MemoryTiming
+    ) -> tuple[float, float, float]:
+        """(local read ns, compute ns, local write ns): the phases of `cost`'s latency."""
+        rd = local.cost(ibytes * length, False)[0] * (2 if op in TWO_OPERANDS else 1)
+        wb = (
+            obytes
+            if op in SCALAR_RESULT
+            else (obytes if op in USE_OUTPUT_BYTES else ibytes) * length
+        )
+        wr = local.cost(wb, True)[0]
+        return rd, vector_compute_ns(self.arch, length), wr
+
 
 def apply(op: int, mem: np.ndarray, d: int, a: int, b: int, n: int) -> None:
     """Execute vector op `op` on local memory `mem` (element indices; b is rs2's element index, or
