@@ -103,7 +103,8 @@ def apply(op: int, mem: np.ndarray, d: int, a: int, b: int, n: int) -> None:
         np.maximum(mem[a : a + n], 0, out=mem[d : d + n])
     elif op == Opcode.VSIGM:
         x = mem[a : a + n].astype(np.float32)
-        mem[d : d + n] = 1.0 / (1.0 + np.exp(-x))
+        with np.errstate(over="ignore"):  # exp(-x) = inf for x << 0 gives exactly the limit 0
+            mem[d : d + n] = 1.0 / (1.0 + np.exp(-x))
     elif op == Opcode.VTANH:
         mem[d : d + n] = np.tanh(mem[a : a + n])
     elif op == Opcode.VMV:
