@@ -223,25 +223,16 @@ def _merge_lanes(parts: list[tuple[np.ndarray, int, np.ndarray]]) -> np.ndarray:
     return code[np.argsort(keys, kind="stable")]
 
 
-def lower_mvm(ctx: LowerCtx, node: ComputeNode, ag_base: int, alloc: LocalAllocator) -> np.ndarray:
-    arch, eb = ctx.arch, ctx.eb
-    layer = ctx.sg.layers[node.layer]
-    cols = node.c1 - node.c0
-    tiles = row_tiles(arch, node.r0, node.r1)
-    srcs, dst_core = ctx.links.get(node.id, ((), -1))
-    win = alloc.alloc((node.r1 - node.r0) * eb, "window")
-    ps_a = alloc.alloc(cols * eb, "psum")
-    residual = layer.inputs[1] if len(layer.inputs) > 1 and dst_core < 0 else None
-    need_b = len(tiles) > 1 or layer.activation == "silu" or bool(srcs) or residual is not None
-    ps_b = alloc.alloc(cols * eb, "psum2") if need_b else None
-    last = dst_core < 0  # the root row group (or the only one) finishes the pixel
-    pro: list[np.ndarray] = [_sldi(R_IN0, ctx.address[layer.inputs[0].buffer])]
+def _mvm_prologue(ctx, layer, node, in_buffer, residual, last: bool, alloc, cols: int, eb: int):
+    """Base registers of an MVM node (input, fused residual, output) and, for the root row group,
+    the node's bias slice loaded once into local memory. Returns (prologue, regs, bias or None)."""
+    pro: list[np.ndarray] = [_sldi(R_IN0, ctx.address[in_buffer])]
     regs = Regs(pro)
-    out = layer.output
     if residual is not None:
         pro.append(_sldi(R_IN1, ctx.address[residual.buffer]))
+    bias = None
     if last:
-        pro.append(_sldi(R_OUT, ctx.address[out.buffer]))
+        pro.append(_sldi(R_OUT, ctx.address[layer.output.buffer]))
         bias = alloc.alloc(cols * eb, "bias")
         pro.append(_sldi(R_CONST, ctx.address[layer.bias_buffer]))
         pro.append(
@@ -254,6 +245,25 @@ def lower_mvm(ctx: LowerCtx, node: ComputeNode, ag_base: int, alloc: LocalAlloca
                 generic3=cols * eb,
             )
         )
+    return pro, regs, bias
+
+
+def lower_mvm(ctx: LowerCtx, node: ComputeNode, ag_base: int, alloc: LocalAllocator) -> np.ndarray:
+    arch, eb = ctx.arch, ctx.eb
+    layer = ctx.sg.layers[node.layer]
+    cols = node.c1 - node.c0
+    tiles = row_tiles(arch, node.r0, node.r1)
+    srcs, dst_core = ctx.links.get(node.id, ((), -1))
+    win = alloc.alloc((node.r1 - node.r0) * eb, "window")
+    ps_a = alloc.alloc(cols * eb, "psum")
+    residual = layer.inputs[1] if len(layer.inputs) > 1 and dst_core < 0 else None
+    need_b = len(tiles) > 1 or layer.activation == "silu" or bool(srcs) or residual is not None
+    ps_b = alloc.alloc(cols * eb, "psum2") if need_b else None
+    last = dst_core < 0  # the root row group (or the only one) finishes the pixel
+    pro, regs, bias = _mvm_prologue(
+        ctx, layer, node, layer.inputs[0].buffer, residual, last, alloc, cols, eb
+    )
+    out = layer.output
     # fixed registers first: window tiles, psums, bias
     regs.loc(ps_a)
     if ps_b is not None:
@@ -587,26 +597,7 @@ def lower_mvm_lines(
     need_b = len(tiles) > 1 or layer.activation == "silu" or bool(srcs) or residual is not None
     ps_b = alloc.alloc(cols * eb, "psum2") if need_b else None
     last = dst_core < 0
-    pro: list[np.ndarray] = [_sldi(R_IN0, ctx.address[v.buffer])]
-    regs = Regs(pro)
-    out = layer.output
-    if residual is not None:
-        pro.append(_sldi(R_IN1, ctx.address[residual.buffer]))
-    bias = None
-    if last:
-        pro.append(_sldi(R_OUT, ctx.address[out.buffer]))
-        bias = alloc.alloc(cols * eb, "bias")
-        pro.append(_sldi(R_CONST, ctx.address[layer.bias_buffer]))
-        pro.append(
-            make(
-                Opcode.LD,
-                rd=regs.loc(bias),
-                r1=R_CONST,
-                generic1=OFFSET_RS1,
-                generic2=node.c0 * eb,
-                generic3=cols * eb,
-            )
-        )
+    pro, regs, bias = _mvm_prologue(ctx, layer, node, v.buffer, residual, last, alloc, cols, eb)
     regs.loc(ps_a)
     if ps_b is not None:
         regs.loc(ps_b)
