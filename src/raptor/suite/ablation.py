@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from raptor.suite.cases import ALL_MODELS, DEFAULT_MODELS, DEFAULT_OUT_DIR, DEFAULT_PIPELINE
+from raptor.suite.cases import DEFAULT_OUT_DIR, DEFAULT_PIPELINE, add_models_argument
 from raptor.suite.runner import build_parser as runner_parser
 from raptor.suite.runner import make_console, write_csv
 
@@ -78,14 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out-dir", default=DEFAULT_OUT_DIR, help=f"suite root (default: {DEFAULT_OUT_DIR})"
     )
-    p.add_argument(
-        "--models",
-        nargs="+",
-        default=list(DEFAULT_MODELS),
-        choices=ALL_MODELS,
-        metavar="MODEL",
-        help=f"models to run (default: {' '.join(DEFAULT_MODELS)}; include yolo11n explicitly)",
-    )
+    add_models_argument(p)
     p.add_argument(
         "--variant",
         action="append",

@@ -58,6 +58,18 @@ class CaseSpec:
         return d / self.artifact_subdir if self.artifact_subdir else d
 
 
+def add_models_argument(parser) -> None:
+    """The --models option, shared by the suite runner and the ablation wrapper."""
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=list(DEFAULT_MODELS),
+        choices=ALL_MODELS,
+        metavar="MODEL",
+        help=f"models to run (default: {' '.join(DEFAULT_MODELS)}; include yolo11n explicitly)",
+    )
+
+
 def mode_dir(mode: str, pipeline: int) -> str:
     return "latency" if mode == "latency" else f"throughput/pipeline{pipeline}"
 

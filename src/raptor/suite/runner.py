@@ -17,13 +17,12 @@ import time
 from pathlib import Path
 
 from raptor.suite.cases import (
-    ALL_MODELS,
     DEFAULT_ARCHS,
-    DEFAULT_MODELS,
     DEFAULT_OUT_DIR,
     DEFAULT_PIPELINE,
     CaseResult,
     CaseSpec,
+    add_models_argument,
     expand_cases,
 )
 
@@ -66,14 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
         description="Compile, validate and simulate the model suite with Raptor and pimcomp on the same chip and simulator.",
     )
-    p.add_argument(
-        "--models",
-        nargs="+",
-        default=list(DEFAULT_MODELS),
-        choices=ALL_MODELS,
-        metavar="MODEL",
-        help=f"models to run (default: {' '.join(DEFAULT_MODELS)}; yolo11n only when named)",
-    )
+    add_models_argument(p)
     p.add_argument(
         "--archs",
         nargs="+",
