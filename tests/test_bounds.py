@@ -63,3 +63,24 @@ def test_bounds_by_hand():
     # 16128 crossbars are plenty: every pixel gets its replica, T_B = 1
     assert b["bottleneck_mvms_best_replication"] == 1
     assert b["throughput_ub_per_s"] == pytest.approx(1e9 / t)
+
+
+def test_every_compile_report_carries_the_bounds():
+    from raptor.compiler import compile_model
+    from raptor.options import CompileOptions
+
+    g = _toy_graph()
+    for n in g.nodes:  # give the toy real weights and biases so it compiles
+        if n.op in ("Conv", "Gemm"):
+            n.params["W"] = np.ones_like(n.params["W"]) * 0.01
+            n.params["B"] = np.zeros(n.params["W"].shape[0 if n.op == "Conv" else 1], np.float32)
+            n.attrs.setdefault("activation", None)
+            if n.op == "Conv":
+                n.attrs.update(
+                    kernel_shape=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1)
+                )
+    res = compile_model(g, load_arch("arch-a"), CompileOptions())
+    b = res.report["bounds"]
+    assert b == {
+        k: v for k, v in compute_bounds(g, load_arch("arch-a")).items() if k != "replication_best"
+    }

@@ -50,7 +50,7 @@ def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> 
     if opts.compiler == "pimcomp":
         from raptor import pimcomp
 
-        return pimcomp.compile_model(graph, arch, opts)
+        return _with_bounds(pimcomp.compile_model(graph, arch, opts), graph, arch)
 
     from raptor.pim.codegen import generate
     from raptor.spatial.build import build_spatial
@@ -88,7 +88,22 @@ def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> 
     prog, stats = timed("pim-codegen", generate, arch, sg, meta)
     timed("verify-pim", prog.verify)
     est = timed("estimates", estimates, arch, sg)
-    return CompileResult(prog, _report(arch, opts, sg, prog, stats, est, times))
+    return _with_bounds(
+        CompileResult(prog, _report(arch, opts, sg, prog, stats, est, times)), graph, arch
+    )
+
+
+def _with_bounds(res: CompileResult, graph, arch: Arch) -> CompileResult:
+    """Every compile report carries the ideal bounds of the model on the chip (raptor.bounds)."""
+    from raptor.bounds import compute_bounds
+
+    try:
+        bounds = compute_bounds(graph, arch)
+    except ValueError as e:  # the ideal mapping itself does not fit: report why
+        bounds = {"error": str(e)}
+    bounds.pop("replication_best", None)
+    res.report["bounds"] = bounds
+    return res
 
 
 def _span(sg, opts) -> int | None:
