@@ -375,8 +375,58 @@ __all__ = [
     "PimsimReport",
     "find_binary",
     "parse_report",
+    "mid_interval_sim_time_ms",
     "pimsim_available",
+    "rounds_within",
     "run_chiptest",
     "run_pimsim",
     "stage_pimdir",
+    "throughput_comparison",
 ]
+
+
+def rounds_within(deadlines_ns: list[float], sim_time_ms: float) -> int:
+    """How many of our rounds complete within pimsim-nn's `sim_time` (deadlines are sorted)."""
+    import bisect
+
+    return bisect.bisect_right(sorted(deadlines_ns), sim_time_ms * 1e6)
+
+
+def mid_interval_sim_time_ms(deadlines_ns: list[float], rounds: int) -> float:
+    """A sim_time halfway between our deadline(rounds-1) and deadline(rounds): pimsim-nn then
+    completes `rounds` rounds when the two engines agree within half a round interval."""
+    d = sorted(deadlines_ns)
+    if len(d) <= rounds:
+        raise ValueError(f"need more than {rounds} deadlines, got {len(d)}")
+    return (d[rounds - 1] + 0.5 * (d[rounds] - d[rounds - 1])) / 1e6
+
+
+def throughput_comparison(ours: SimReport, ref: PimsimReport) -> dict[str, float]:
+    """Our throughput-mode figures next to pimsim-nn's, as the same quantities.
+
+    pimsim-nn loops every core for `sim_time` and reports rounds/sim_time (1000 / "average
+    latency") and energy(sim_time)/rounds. `ours` must run more rounds than pimsim-nn completed.
+    Same quantities from our run: rounds completed by sim_time (from our deadlines) / sim_time,
+    and our average power x sim_time / those rounds (our energy up to sim_time, as power x time).
+    Also returned for information: N/deadline(N-1) and the steady-state rate
+    (N-1)/(deadline(N-1)-deadline(0)) over N = pimsim-nn's rounds."""
+    t_ms = float(ref.pimsim["sim_time_ms"])
+    cnt = rounds_within(ours.deadlines_ns, t_ms)
+    d = sorted(ours.deadlines_ns)
+    n = int(ref.pimsim["rounds"])
+    out = {
+        "sim_time_ms": t_ms,
+        "pimsim_rounds": n,
+        "ours_rounds": cnt,
+        "pimsim_tput": ref.throughput_per_s,
+        "ours_tput": cnt / (t_ms * 1e-3),
+        "pimsim_energy_uj": ref.energy_per_inference_uj,
+        "ours_energy_uj": ours.power_mw * t_ms / cnt if cnt else float("inf"),
+        "pimsim_power_mw": ref.power_mw,
+        "ours_power_mw": ours.power_mw,
+    }
+    if 1 <= n <= len(d):
+        out["ours_n_over_deadline"] = n / (d[n - 1] * 1e-9)
+    if 2 <= n <= len(d):
+        out["ours_steady_state"] = (n - 1) / ((d[n - 1] - d[0]) * 1e-9)
+    return out
