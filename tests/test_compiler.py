@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "pim"))
 from toy import ARCH_TINY, max_rel_err, reference, toy_convnet, toy_inception, toy_resnet  # noqa: E402
 
 from raptor.arch import load_arch
-from raptor.compiler import compile_model, compile_to_dir
+from raptor.compiler import CompileResult, compile_model, compile_to_dir
 from raptor.frontend import load_graph
 from raptor.options import CompileOptions
 from raptor.sim import simulate
@@ -103,13 +103,19 @@ def test_pimcomp_is_delegated(monkeypatch):
 
     called = {}
     fake = types.ModuleType("raptor.pimcomp")
-    fake.compile_model = lambda g, a, o: called.setdefault("yes", (g.name, o.compiler))
+
+    def fake_compile(g, a, o):
+        called["yes"] = (g.name, o.compiler)
+        return CompileResult(program=None, report={"compiler": "pimcomp"})
+
+    fake.compile_model = fake_compile
     monkeypatch.setitem(sys.modules, "raptor.pimcomp", fake)
     import raptor
 
     monkeypatch.setattr(raptor, "pimcomp", fake, raising=False)
-    compile_model(toy_convnet(), ARCH, CompileOptions(compiler="pimcomp"))
+    res = compile_model(toy_convnet(), ARCH, CompileOptions(compiler="pimcomp"))
     assert called["yes"][1] == "pimcomp"
+    assert res.report["compiler"] == "pimcomp" and "latency_lb_budget_ns" in res.report["bounds"]
 
 
 @pytest.mark.parametrize("plan", [True, False])
