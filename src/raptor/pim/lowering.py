@@ -334,6 +334,33 @@ def lower_mvm(ctx: LowerCtx, node: ComputeNode, ag_base: int, alloc: LocalAlloca
     return concat(blocks)
 
 
+def _pool_prologue(ctx, layer, is_max: bool, alloc, c: int, eb: int):
+    """Base registers of a pool node (input, output) and, for an average pool, its vectors of
+    1/count (one per distinct window count) loaded once. Returns (prologue, regs, counts, recip);
+    counts and recip are None for a max pool."""
+    pro: list[np.ndarray] = [
+        _sldi(R_IN0, ctx.address[layer.inputs[0].buffer]),
+        _sldi(R_OUT, ctx.address[layer.output.buffer]),
+    ]
+    regs = Regs(pro)
+    if is_max:
+        return pro, regs, None, None
+    counts = pool_counts(layer)
+    recip = alloc.alloc(len(counts) * c * eb, "recip")
+    pro.append(_sldi(R_CONST, ctx.address[f"{layer.name}.recip"]))
+    pro.append(
+        make(
+            Opcode.LD,
+            rd=regs.loc(recip),
+            r1=R_CONST,
+            generic1=OFFSET_RS1,
+            generic2=0,
+            generic3=len(counts) * c * eb,
+        )
+    )
+    return pro, regs, counts, recip
+
+
 def lower_pool(ctx: LowerCtx, node: ComputeNode, alloc: LocalAllocator) -> np.ndarray:
     eb = ctx.eb
     layer = ctx.sg.layers[node.layer]
@@ -342,27 +369,8 @@ def lower_pool(ctx: LowerCtx, node: ComputeNode, alloc: LocalAllocator) -> np.nd
     kh, kw = layer.kernel_shape
     is_max = layer.kind == LayerKind.MAXPOOL
     op = Opcode.VVMAX if is_max else Opcode.VVADD
-    pro: list[np.ndarray] = [
-        _sldi(R_IN0, ctx.address[v.buffer]),
-        _sldi(R_OUT, ctx.address[out.buffer]),
-    ]
-    regs = Regs(pro)
+    pro, regs, counts, recip = _pool_prologue(ctx, layer, is_max, alloc, c, eb)
     classes = window_classes(layer, node.p0, node.p1)
-    recip = None
-    if not is_max:
-        counts = pool_counts(layer)
-        recip = alloc.alloc(len(counts) * c * eb, "recip")
-        pro.append(_sldi(R_CONST, ctx.address[f"{layer.name}.recip"]))
-        pro.append(
-            make(
-                Opcode.LD,
-                rd=regs.loc(recip),
-                r1=R_CONST,
-                generic1=OFFSET_RS1,
-                generic2=0,
-                generic3=len(counts) * c * eb,
-            )
-        )
     acc = alloc.alloc(c * eb, "acc")
     max_nw = max(cl.jhi - cl.jlo for cl in classes)
     budget_rows = max(1, alloc.free_bytes() // max(1, max_nw * c * eb) - 1)
@@ -408,7 +416,7 @@ def lower_pool(ctx: LowerCtx, node: ComputeNode, alloc: LocalAllocator) -> np.nd
             else:
                 _vv(b, regs, op, acc, acc, buf, c)
         if recip is not None:
-            k = pool_counts(layer).index(kh * kw if layer.count_include_pad else cls.count)
+            k = counts.index(kh * kw if layer.count_include_pad else cls.count)
             _vv(b, regs, Opcode.VVMUL, acc, acc, recip + k * c * eb, c)
         _activation(b, regs, layer.activation, acc, buf, c)
         _st(b, regs, acc, (out.channel_offset + cls.pixels * out.pixel_stride) * eb, c * eb)
@@ -785,27 +793,7 @@ def lower_pool_lines(
     full = replace(node, r0=0, r1=kh * kw * c)
     _, _, x0, x1, _ = _lines_geometry(layer, full)
     row_bytes = v.width * c * eb
-    pro: list[np.ndarray] = [
-        _sldi(R_IN0, ctx.address[v.buffer]),
-        _sldi(R_OUT, ctx.address[out.buffer]),
-    ]
-    regs = Regs(pro)
-    counts = None
-    recip = None
-    if not is_max:
-        counts = pool_counts(layer)
-        recip = alloc.alloc(len(counts) * c * eb, "recip")
-        pro.append(_sldi(R_CONST, ctx.address[f"{layer.name}.recip"]))
-        pro.append(
-            make(
-                Opcode.LD,
-                rd=regs.loc(recip),
-                r1=R_CONST,
-                generic1=OFFSET_RS1,
-                generic2=0,
-                generic3=len(counts) * c * eb,
-            )
-        )
+    pro, regs, counts, recip = _pool_prologue(ctx, layer, is_max, alloc, c, eb)
     ring = alloc.alloc(kh * row_bytes, "ring")
     red = alloc.alloc(row_bytes, "row")
     acc = alloc.alloc(c * eb, "acc")
