@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from raptor.suite.charts import case_label, save_figure
+from raptor.suite.runner import write_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "validation" / "tools" / "pim" / "ablation" / "run_ablation.py"
@@ -66,13 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     )
     path = out / "benchmark_ablation.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(".benchmark_ablation.csv.tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, path)
+    write_csv(path, list(rows[0]), rows)
     _chart(rows[:-1], wall, path.with_suffix(".png"))
     print(
         f"full ablation: {wall / 60:.1f} min wall with --jobs {args.jobs} (exit {rc}); {len(rows) - 1} case runs -> {path}"
@@ -81,33 +77,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _chart(rows, wall: float, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cases = list(
-        dict.fromkeys(
-            f"{r['model']}/{r['arch']}/{'lat' if r['mode'] == 'latency' else 'tp' + r['pipeline']}"
-            for r in rows
-        )
-    )
+    cases = list(dict.fromkeys(case_label(r) for r in rows))
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     fig, ax = plt.subplots(figsize=(max(7, 0.7 * len(cases) + 2), 4.5))
     width = 0.8 / max(1, len(variants))
     for k, v in enumerate(variants):
         xs, ys = [], []
         for i, c in enumerate(cases):
-            r = next(
-                (
-                    r
-                    for r in rows
-                    if r["variant"] == v
-                    and c.startswith(f"{r['model']}/{r['arch']}/")
-                    and c.endswith("lat" if r["mode"] == "latency" else "tp" + r["pipeline"])
-                ),
-                None,
-            )
+            r = next((r for r in rows if r["variant"] == v and case_label(r) == c), None)
             if r and r["compile_s"] and r["simulate_s"]:
                 xs.append(i + (k - (len(variants) - 1) / 2) * width)
                 ys.append(float(r["compile_s"]) + float(r["simulate_s"]))
@@ -118,8 +97,7 @@ def _chart(rows, wall: float, path: Path) -> None:
     ax.set_xticklabels(cases, rotation=30, ha="right", fontsize=8)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import sys
 from pathlib import Path
+
+from raptor.suite.charts import case_label, save_figure
+from raptor.suite.runner import write_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,12 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{float(tp) / b['throughput_ub_per_s']:.4g}" if tp else ""
             )
     path = out / "results_benchmark.csv"
-    tmp = path.with_name(".results_benchmark.csv.tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, path)
+    write_csv(path, list(rows[0]), rows)
     _chart(rows, path.with_suffix(".png"))
     for row in rows:
         print(
@@ -72,15 +69,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _chart(rows, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [
-        f"{r['model']}/{r['arch']}/{'lat' if r['mode'] == 'latency' else 'tp' + r['pipeline']}"
-        for r in rows
-    ]
+    labels = [case_label(r) for r in rows]
     fig, axes = plt.subplots(2, 1, figsize=(max(7, 0.8 * len(rows) + 2), 8))
     for ax, (field, title) in zip(
         axes,
@@ -104,8 +95,7 @@ def _chart(rows, path: Path) -> None:
         ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 
-def _save(fig, path: Path) -> None:
+def save_figure(fig, path: Path) -> None:
+    """Save a figure as PNG atomically (temporary name, then rename) and close it."""
     import os
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -95,7 +96,7 @@ def comparison_chart(results, path: Path) -> None:
     fig.legend(handles=handles, loc="upper center", ncol=2, fontsize=9, bbox_to_anchor=(0.5, 0.965))
     fig.suptitle("Raptor vs pimcomp on the same chip and simulator", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def ablation_chart(rows: list[dict[str, str]], path: Path) -> None:
@@ -105,7 +106,7 @@ def ablation_chart(rows: list[dict[str, str]], path: Path) -> None:
     incorrect program); cases with no number (ERROR) are marked with their status.
     """
     variants = [v for v in dict.fromkeys(r["variant"] for r in rows) if v != "baseline"]
-    cases = list(dict.fromkeys(_case_label(r) for r in rows))
+    cases = list(dict.fromkeys(case_label(r) for r in rows))
     metrics = ("latency", "throughput", "power", "energy")
     width = 0.8 / max(1, len(variants))
     colors = {"no-sync": "tab:red", "no-plan": "tab:green", "no-sync-no-plan": "tab:purple"}
@@ -123,7 +124,7 @@ def ablation_chart(rows: list[dict[str, str]], path: Path) -> None:
     for ax, metric in zip(axes[:, 0], metrics):
         for k, v in enumerate(variants):
             for i, c in enumerate(cases):
-                row = next((r for r in rows if r["variant"] == v and _case_label(r) == c), None)
+                row = next((r for r in rows if r["variant"] == v and case_label(r) == c), None)
                 if row is None:
                     continue
                 x = i + (k - (len(variants) - 1) / 2) * width
@@ -168,9 +169,10 @@ def ablation_chart(rows: list[dict[str, str]], path: Path) -> None:
         fontsize=10,
     )
     fig.tight_layout(rect=(0, 0, 1, 0.93))
-    _save(fig, path)
+    save_figure(fig, path)
 
 
-def _case_label(r: dict[str, str]) -> str:
+def case_label(r: dict[str, str]) -> str:
+    """Short case name of a CSV row: model/arch/lat or model/arch/tpN."""
     mode = "lat" if r["mode"] == "latency" else f"tp{r['pipeline']}"
     return f"{r['model']}/{r['arch']}/{mode}"
