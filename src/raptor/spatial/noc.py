@@ -233,7 +233,7 @@ def _derive(sg: SpatialGraph, plan: NocPlan) -> None:
     for m in fed_nodes:
         ly = sg.layers[m.layer]
         rows = plan.rows[m.id][0]
-        span = max(rows) - min(rows) + 1
+        span = max(rows) - min(rows) + 1 if rows else 1
         wp = lines_geometry(ly, m)[4] if m.kind == NodeKind.MVM else ly.inputs[0].width
         fits = span * wp * ly.inputs[0].channels * eb <= RING_BYTES
         plan.ring_rows[m.id] = span if fits else ly.kernel_shape[0]
