@@ -80,7 +80,9 @@ def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> 
     else:
         sg = timed(
             SpatialPlanningPass.name,
-            SpatialPlanningPass(latency=True, span=_span(sg, opts)).apply,
+            SpatialPlanningPass(
+                latency=True, span=_span(sg, opts), noc=not opts.disable_noc_dataflow
+            ).apply,
             arch,
             sg,
         )

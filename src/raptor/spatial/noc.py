@@ -140,15 +140,19 @@ class NocPlan:
         return {c for iy in self.rows[m.id][0] for c, _, _ in self.pieces(m, iy)}
 
 
-def plan_noc(sg: SpatialGraph, element_bytes: int) -> NocPlan:
-    """Choose the fed consumer units of `sg` (module docstring); needs cores assigned."""
+def noc_edges(sg: SpatialGraph) -> dict[int, int]:
+    """Consumer layer -> producer layer of every edge the NoC can carry (module docstring): the
+    consumer reads, over a line buffer, exactly the output view of one producer layer that
+    computes every output channel of its rows in order. Needs tiling (column slices)."""
     writers: dict[str, list[Layer]] = {}
     for ly in sg.layers:
         writers.setdefault(ly.output.buffer, []).append(ly)
-    by_layer: dict[int, list[ComputeNode]] = {}
-    for n in sg.nodes:
-        by_layer.setdefault(n.layer, []).append(n)
-    plan = NocPlan(element_bytes=element_bytes)
+    full = {
+        n.layer
+        for n in sg.nodes
+        if n.kind == NodeKind.MVM and (n.c0, n.c1) != (0, sg.layers[n.layer].cols)
+    }
+    out = {}
     for lc in sg.layers:
         v = lc.inputs[0]
         if not (mvm_lines_ok(lc) or pool_lines_ok(lc)):
@@ -159,14 +163,25 @@ def plan_noc(sg: SpatialGraph, element_bytes: int) -> NocPlan:
         lp = ws[0]
         if sg.buffers[v.buffer].role not in (BufferRole.ACT, BufferRole.OUTPUT):
             continue
+        if (lp.kind == LayerKind.GEMM and mvm_lines_ok(lp) and lp.index not in full) or (
+            lp.kind != LayerKind.GEMM and pool_lines_ok(lp)
+        ):
+            out[lc.index] = lp.index
+    return out
+
+
+def plan_noc(sg: SpatialGraph, element_bytes: int) -> NocPlan:
+    """Choose the fed consumer units of `sg` (module docstring); needs cores assigned."""
+    by_layer: dict[int, list[ComputeNode]] = {}
+    for n in sg.nodes:
+        by_layer.setdefault(n.layer, []).append(n)
+    plan = NocPlan(element_bytes=element_bytes)
+    for ci, pi in noc_edges(sg).items():
+        lc, lp = sg.layers[ci], sg.layers[pi]
         if lp.kind == LayerKind.GEMM:
             roots = [n for n in by_layer.get(lp.index, []) if n.row_group == 0]
-            if not mvm_lines_ok(lp) or any(n.c0 != 0 or n.c1 != lp.cols for n in roots):
-                continue
-        elif pool_lines_ok(lp):
-            roots = list(by_layer.get(lp.index, []))
         else:
-            continue
+            roots = list(by_layer.get(lp.index, []))
         plan.producer_layer[lc.index] = lp.index
         plan.width[lp.index] = lp.output.width
         plan.producers[lp.index] = sorted(roots, key=lambda n: n.p0)
