@@ -1,37 +1,42 @@
 """NoC dataflow: which activation edges travel core to core with send/recv instead of host memory.
 
-A *producer* is a node of a layer whose output rows it computes in order and keeps one output row
-in local memory: the root row group of a GEMM layer over full columns, or a max/average pool, both
-lowered over line buffers (raptor.pim.lowering). A *consumer unit* is a line-buffer MVM reduction
-tree (all row groups of one layer, replica, column slice and pixel range) or a line-buffer pool
-node whose `inputs[0]` is exactly the producer layer's output view. A consumer unit is *fed* over
-the NoC when every row piece it loads comes from a producer node on another core: instead of an
-`ld` of an input row into its ring, it `recv`s each producer's segment of that row, and the
-producer `send`s the segment right after computing it. Everything else (network inputs, constants,
-outputs, residual reads, flattened/strided/concat views, same-core edges) stays in host memory,
-ordered by the synchronization pass's tokens; a producer also `st`s its rows when the buffer keeps
-a host reader.
+A *producer* is a node of a layer that computes its output rows in order: the root row group of a
+GEMM layer over full columns, or a max/average pool, both lowered over line buffers
+(raptor.pim.lowering). A *consumer unit* is a line-buffer MVM reduction tree (all row groups of one
+layer, replica, column slice and pixel range) or a line-buffer pool node whose `inputs[0]` is
+exactly one producer layer's output view (`noc_edges`). A consumer unit is *fed* over the NoC when
+every piece of input it loads comes from producer nodes on other cores: instead of an `ld` of an
+input row into its line buffer it `recv`s each producer's segment of that row, and the producer
+`send`s the segment from its local output rows right after computing it. Everything else (network
+inputs, constants, outputs, residual reads, flattened/strided/concat views, same-core edges) stays
+in host memory, ordered by the synchronization pass's tokens; a producer also `st`s its rows when
+its buffer keeps a host reader.
 
-Message order. pimsim-nn matches send/recv by (source, destination) in program order, so for each
-ordered core pair the producer side (its nodes in program order, each output row ascending, the
-consumer nodes of a row in canonical order) and the consumer side (its nodes in program order,
-each input row in first-use order, pieces by producer pixel) must list the same messages in the
-same order; `plan_noc` checks this per pair and returns consumer units of a mismatching pair to
-host memory.
+Granularity and buffers. NoC nodes compute one row segment per step (up to SEGMENTS_PER_ROW per
+output row), so a consumer starts on the first columns of a row before its producers finished it.
+A fed node keeps every input row it reads in local memory when they fit in RING_BYTES (else a ring
+of kernel-height rows); a producer keeps up to OUT_BYTES of output rows waiting to be sent.
 
-Deadlock freedom. Every core's program is a fixed sequence; send and recv block until both sides
-meet (rendezvous, rob_size 1) and a wait blocks until its syncs arrived. Take the graph whose
-vertices are the messages and sync/wait events and whose edges follow each core's program order
-(plus sync -> wait). If that graph is acyclic it has a topological order, a global order every
-core's sequence respects; the earliest event in it that has not happened has all its predecessors
-done on both (all) of its cores, so it can happen: by induction every program runs to its end,
-whatever the timing. Placement alone does not make the graph acyclic (a core holding layers 1 and
-3 and another holding layer 2 exchange rows in opposite orders), so the compiler runs every
-emitted program through `raptor.pim.deadlock.check_programs`, an untimed execution that is exact
-for this model (operations only become enabled by other cores' progress, never disabled, so any
-maximal execution ends in the same state), and returns the consumer units on the cores of a
-blocked message to host memory until the check passes. The pipeline restart needs no tokens for
-NoC edges: round r+1's rows reach a consumer only when its own program has restarted.
+Message order. Send and recv are a rendezvous (pimsim-nn pairs them by source and destination in
+program order, rob_size 1 blocks the core). `order_messages` runs the program on estimated times
+without values: a core runs its next step once its input columns are received, its waits are
+satisfied and its oldest output rows are sent; a pending row is exchanged when the consumer's core
+is between two steps of that node and the line-buffer slot is free; the earliest enabled event
+runs first. Every core's program lists its steps, tokens and messages in the order of that one
+execution, so each core pair's sends and recvs match one to one and in order.
+
+Deadlock freedom. Take the graph whose vertices are the messages and sync/wait events and whose
+edges follow each core's program order (plus sync -> wait). If it is acyclic it has a topological
+order, a global order every core's sequence respects; the earliest event in it that has not
+happened has all its predecessors done on both (all) of its cores, so it can happen: by induction
+every program runs to its end, whatever the timing. The order above is such a global order by
+construction (every event is appended to its cores' programs when it runs in the one execution).
+As a check of the whole compiler, every emitted program also goes through
+`raptor.pim.deadlock.check_programs`, an untimed execution that is exact for this model
+(operations only become enabled by other cores' progress, never disabled, so any maximal
+execution ends in the same state); a failure returns the consumer units on the blocked cores to
+host memory and compiles again. The pipeline restart needs no tokens for NoC edges: round r+1's
+rows reach a consumer only once its own program has restarted.
 """
 
 from __future__ import annotations
