@@ -98,6 +98,23 @@ def _has_option(args: list[str], name: str) -> bool:
     return any(a == name or a.startswith(name + "=") for a in args)
 
 
+def runner_defaults(forwarded: list[str]) -> list[str]:
+    """The suite runner's defaults for options not forwarded (--archs, --jobs, --seed, ...),
+    spelled out so that every command, and --dry-run, shows the whole case set."""
+    out: list[str] = []
+    for action in runner_parser()._actions:
+        if not action.option_strings or action.help == argparse.SUPPRESS:
+            continue
+        name = action.option_strings[-1]
+        if name in ("--out-dir", "--models") or _has_option(forwarded, name):
+            continue
+        if action.default in (None, [], argparse.SUPPRESS) or isinstance(action.default, bool):
+            continue
+        values = action.default if isinstance(action.default, list) else [action.default]
+        out += [name, *(str(v) for v in values)]
+    return out
+
+
 def selected_variants(chosen: list[str] | None) -> list[str]:
     names = list(dict.fromkeys(chosen or VARIANTS))
     if REFERENCE not in names:
@@ -135,6 +152,7 @@ def invocations(
                 str(Path(args.out_dir) / "ablation" / v / "parts" / part),
                 *mode_args,
                 *forwarded,
+                *runner_defaults(forwarded),
                 *(f"--raptor-extra-arg={a}" for a in VARIANTS[v]),
             ]
             out.append((v, part, argv))
