@@ -84,7 +84,7 @@ def format_summary(s: dict[str, Any]) -> str:
     if fit:
         peak = fit["local_memory_peak_bytes"]
         lines.append(
-            f"fits {fit['arch']:<9} {fit['cores']} of {fit['chip_cores']} cores "
+            f"fits           {fit['arch']}: {fit['cores']} of {fit['chip_cores']} cores "
             f"({fit['cores_with_instructions']} with instructions), at most "
             f"{fit['crossbars_per_core_max']} of {fit['chip_crossbars_per_core']} crossbars "
             "per core, local memory peak "

@@ -16,8 +16,9 @@ Both compilers attach a `TargetRecord` to the program they emit and `write_pimdi
 runs: missing values come from the record; a value that contradicts the record raises
 `TargetMismatchError` naming both, unless `force` is set, in which case the contradiction is
 returned in `RunTarget.overrides` for the report to print. `check_fits` rejects a program that
-needs more cores, crossbars per core (or per array group) or local memory than the chip has,
-with the numbers; no override exists for that. A directory without a record (written by another
+needs more cores, crossbars per core or local memory than the chip has, or (recorded programs)
+an array group with fewer crossbars than its weight matrix needs on the chip, with the numbers;
+no override exists for that. A directory without a record (written by another
 tool) runs with explicit values: `arch` is then required, mode defaults to latency.
 """
 
@@ -287,7 +288,10 @@ def fit_figures(prog: PimProgram, arch: Arch, record: TargetRecord | None) -> di
         "chip_local_memory_bytes": arch.core.local_memory.memory_size,
         "array_group_short": None,
     }
-    shapes = _matrix_shapes(prog)
+    # Compiled programs size every array group for its matrix on their chip; hand-written ones
+    # (no record, e.g. pimsim-nn micro-programs) may pair any matrix with any group, so the
+    # per-group check needs the record.
+    shapes = _matrix_shapes(prog) if record is not None else []
     if shapes and prog.array_group_weights:
         for core, (ags, mats) in enumerate(zip(prog.array_group_map, prog.array_group_weights)):
             for g, (have, m) in enumerate(zip(ags, mats)):
