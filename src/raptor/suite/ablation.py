@@ -89,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="print the suite-runner commands without modifying files",
+        help="print the suite-runner commands, every option spelled out (the runner's "
+        "defaults included), without modifying files (default: off)",
     )
     return p
 
