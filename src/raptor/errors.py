@@ -27,3 +27,8 @@ class ArchConfigError(RaptorError):
 
 class SimulationError(RaptorError):
     """The simulator hit an invalid state (deadlock, bad address, missing weights)."""
+
+
+class TargetMismatchError(RaptorError):
+    """A program asked to run on a chip, mode or pipeline it was not compiled for, or on a chip
+    it does not fit."""

@@ -94,30 +94,33 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="ADDRESS",
         help="run the cases as tasks on this Dask distributed scheduler (e.g. tcp://host:8786) "
-        "instead of local processes; the out-dir must be on a filesystem every worker sees",
+        "instead of local processes; the out-dir must be on a filesystem every worker sees "
+        "(default: local processes)",
     )
     p.add_argument(
         "--no-fast",
         action="store_true",
-        help="rebuild models, reference data and artifacts instead of reusing cached ones",
+        help="rebuild models, reference data and artifacts instead of reusing cached ones "
+        "(default: off)",
     )
     p.add_argument(
         "--raptor-extra-arg",
         action="append",
         default=[],
         metavar="ARG",
-        help="extra argument for `raptor compile` (repeatable), e.g. --raptor-extra-arg=--pim-disable-synchronization",
+        help="extra argument for `raptor compile` (repeatable), e.g. --raptor-extra-arg=--pim-disable-synchronization (default: none)",
     )
     p.add_argument(
         "--raptor-only",
         action="store_true",
-        help="run Raptor only; pimcomp is not compiled, validated or simulated (SKIPPED)",
+        help="run Raptor only; pimcomp is not compiled, validated or simulated (SKIPPED) "
+        "(default: off)",
     )
     p.add_argument(
         "--only",
         choices=("raptor", "pimcomp"),
         default=None,
-        help="comparison mode: run only this compiler's side of the comparison",
+        help="comparison mode: run only this compiler's side of the comparison (default: both)",
     )
     p.add_argument(
         "--input-size",
