@@ -235,7 +235,9 @@ def _noc_report(sg) -> dict[str, Any] | None:
         return None
     return {
         "fed_units": len(plan.fed),
-        "producer_layers": sorted({sg.layers[p].name for p in plan.producer_layer.values()}),
+        "producer_layers": sorted(
+            {sg.layers[s.layer].name for srcs in plan.sources.values() for s in srcs}
+        ),
         "host_buffers": sorted(b for b in plan.host_buffers if b in sg.buffers),
         "demoted_units": dict(plan.demoted),
         "message_order_estimated_ns": round(plan.estimated_ns, 1),
