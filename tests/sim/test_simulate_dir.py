@@ -66,6 +66,7 @@ def test_validate_dir_with_reference(tmp_path, arch, monkeypatch):
     fake = types.ModuleType("raptor.validation.reference")
     fake.ensure_reference = ensure_reference
     monkeypatch.setitem(sys.modules, "raptor.validation.reference", fake)
+    monkeypatch.setattr("raptor.frontend.gate.check_model", lambda path: None)  # no model file
     v = validate_dir(tmp_path / "case", "model.onnx", arch, "throughput", 2, 0)
     assert v.passed and len(v.errors) == 2
     assert v.to_dict()["simulation"]["pipeline"] == 2

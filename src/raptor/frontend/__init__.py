@@ -2,7 +2,8 @@
 
     load_graph(model) -> Graph     model: path, str or onnx.ModelProto
 
-Pipeline: cleanup (batch 1, constants, Identity, shape inference; onnxslim with slim=True)
+Pipeline: gate (gate.check_model: the file, the checker, strict shape inference, opset,
+inputs/outputs, attribute ranges) → cleanup (batch 1, constants, Identity, shape inference; onnxslim with slim=True)
 → importer (per-op handlers, canonical attributes, ceil_mode / Gemm / ReduceMean resolved)
 → fold (BatchNormalization, Pad, bias Add) → fuse (activations) → check every op is one of
 NORMALIZED_OPS → Graph.verify().
@@ -39,9 +40,10 @@ def load_graph(model: str | Path | onnx.ModelProto, slim: bool = False) -> Graph
     from raptor.frontend.cleanup import cleanup
     from raptor.frontend.fold import fold_batchnorm, fold_bias_add, fold_pad
     from raptor.frontend.fuse import fuse_activations
-    from raptor.frontend.importer import import_model, read_model
+    from raptor.frontend.gate import check_model
+    from raptor.frontend.importer import import_model
 
-    m = cleanup(read_model(model), slim=slim)
+    m = cleanup(check_model(model).model, slim=slim)
     g = import_model(m)
     fold_batchnorm(g)
     fold_pad(g)

@@ -173,10 +173,12 @@ def validate_dir(
     common_dir: str | Path | None = None,
 ) -> Verdict:
     """Simulate a pim/ directory on the reference inputs of `model_path` and compare."""
+    from raptor.frontend.gate import check_model
     from raptor.isa.pimdir import read_pimdir
     from raptor.sim import find_pimdir, simulate
     from raptor.validation.reference import ensure_reference
 
+    check_model(model_path)  # before anything is read or a reference directory is made
     pimdir = find_pimdir(dir)
     prog = read_pimdir(pimdir)
     if mode == "throughput":

@@ -1,0 +1,268 @@
+"""The import gate: every ONNX model is checked here before anything compiles, validates or
+bounds it.
+
+    check_model(model) -> CheckedModel     model: path, str or onnx.ModelProto
+
+In order: the path exists and is a non-empty regular file; it parses as an ONNX ModelProto;
+the graph has nodes; its ai.onnx opset is in SUPPORTED_OPSETS; it passes `onnx.checker`; the
+attributes the frontend lowers are in range; with the batch dimension forced to 1 it passes
+strict shape inference (type checks, data propagation: the checker's full check); every graph
+input is a float32 tensor of static shape and every graph output a float32 tensor. The first
+failure raises ModelError with one line: `<file>: node '<name>' (<op>): <problem>`, or
+`<file>: <problem>` when no node is at fault.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper, shape_inference
+
+from raptor.errors import ModelError
+
+# ai.onnx opsets that both pinned runtimes define (onnx 1.23: 1-28, onnxruntime 1.32: 7-28)
+SUPPORTED_OPSETS = range(7, 29)
+
+_SPATIAL = ("Conv", "MaxPool", "AveragePool")
+_AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+@dataclass
+class CheckedModel:
+    """A model that passed the gate: the ModelProto as read, and what can be fed and compared."""
+
+    model: onnx.ModelProto
+    label: str
+    opset: int
+    inputs: dict[str, tuple[int, ...]] = field(default_factory=dict)  # batch forced to 1
+    outputs: list[str] = field(default_factory=list)
+
+
+def check_file(path: str | Path) -> Path:
+    """The path names a non-empty regular file (the cheap part of the gate)."""
+    p = Path(path)
+    if not p.exists():
+        raise ModelError(f"{path}: no such file")
+    if p.is_dir():
+        raise ModelError(f"{path}: is a directory, not an ONNX file")
+    if not p.is_file():
+        raise ModelError(f"{path}: not a regular file")
+    try:
+        size = p.stat().st_size
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read: {e.strerror}") from None
+    if size == 0:
+        raise ModelError(f"{path}: empty file, not an ONNX model")
+    return p
+
+
+def check_model(model: str | Path | onnx.ModelProto) -> CheckedModel:
+    """Run the whole gate (see the module docstring); raises ModelError on the first failure."""
+    if isinstance(model, onnx.ModelProto):
+        label = f"model {model.graph.name or 'graph'!r}"
+        m = model
+    else:
+        label = str(model)
+        m = _parse(check_file(model), label)
+
+    def fail(problem: str, node: onnx.NodeProto | None = None) -> ModelError:
+        return ModelError(f"{label}: {_where(node)}{problem}")
+
+    if not m.HasField("graph"):
+        raise fail("not an ONNX model (no graph)")
+    g = m.graph
+    if not g.node:
+        raise fail("the graph has no nodes")
+    opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None:
+        raise fail("the model imports no ai.onnx opset")
+    if opset not in SUPPORTED_OPSETS:
+        lo, hi = SUPPORTED_OPSETS[0], SUPPORTED_OPSETS[-1]
+        raise fail(f"opset {opset} is not supported (supported: {lo} to {hi})")
+    try:
+        onnx.checker.check_model(m)
+    except (onnx.checker.ValidationError, ValueError) as e:
+        node, problem = _checker_message(g, str(e))
+        raise fail(f"onnx.checker: {problem}", node) from None
+    for node in g.node:
+        problem = _attribute_problem(node)
+        if problem:
+            raise fail(problem, node)
+
+    batch1 = _force_batch_one(m)
+    inputs = _check_inputs(batch1.graph, fail)
+    try:
+        inferred = shape_inference.infer_shapes(
+            batch1, check_type=True, strict_mode=True, data_prop=True
+        )
+    except (shape_inference.InferenceError, onnx.checker.ValidationError, ValueError) as e:
+        node, problem = _inference_message(g, str(e))
+        raise fail(f"shape inference: {problem}", node) from None
+    outputs = _check_outputs(inferred.graph, fail)
+    return CheckedModel(m, label, int(opset), inputs, outputs)
+
+
+def _parse(path: Path, label: str) -> onnx.ModelProto:
+    from google.protobuf.message import DecodeError
+
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ModelError(f"{label}: cannot read: {e.strerror}") from None
+    m = onnx.ModelProto()
+    try:
+        m.ParseFromString(data)
+    except (DecodeError, ValueError, RuntimeError) as e:
+        raise ModelError(f"{label}: not an ONNX model (protobuf parse error: {e})") from None
+    if any(t.data_location == TensorProto.EXTERNAL for t in m.graph.initializer):
+        from onnx.external_data_helper import load_external_data_for_model
+
+        try:
+            load_external_data_for_model(m, str(path.parent))
+        except (OSError, ValueError) as e:
+            raise ModelError(f"{label}: cannot load external tensor data: {e}") from None
+    return m
+
+
+def _where(node: onnx.NodeProto | None) -> str:
+    if node is None:
+        return ""
+    name = node.name or (node.output[0] if node.output else "?")
+    return f"node {name!r} ({node.op_type}): "
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.split("==> Context:")[0].splitlines() if ln.strip()]
+    return lines[0] if lines else text.strip() or "invalid model"
+
+
+def _find_node(g: onnx.GraphProto, name: str, op: str | None = None) -> onnx.NodeProto | None:
+    for n in g.node:
+        if (n.name == name or (not n.name and n.output and n.output[0] == name)) and (
+            op is None or n.op_type == op
+        ):
+            return n
+    return None
+
+
+def _checker_message(g: onnx.GraphProto, text: str) -> tuple[onnx.NodeProto | None, str]:
+    """onnx.checker puts the node in a '==> Context: ... Name: X OpType: Y' trailer."""
+    m = re.search(r"Name: (\S*) OpType: (\S+)", text)
+    node = _find_node(g, m.group(1), m.group(2)) if m else None
+    return node, _first_line(text)
+
+
+def _inference_message(g: onnx.GraphProto, text: str) -> tuple[onnx.NodeProto | None, str]:
+    """Strict inference lists '(op_type:Conv, node name: conv0): [ShapeInferenceError] ...'
+    for the first failing node, then the nodes it starved; keep the first."""
+    m = re.search(r"\(op_type:([\w.]+), node name: (.*?)\): (?:\[\w+\] )?(.*)", text)
+    if not m:
+        return None, _first_line(re.sub(r"^\[\w+\] (Inference error\(s\): )?", "", text))
+    return _find_node(g, m.group(2), m.group(1)), m.group(3).strip()
+
+
+def _attribute_problem(node: onnx.NodeProto) -> str | None:
+    """Range checks of the attributes the frontend lowers (the checker checks only types)."""
+    a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+    op = node.op_type
+    if op in _SPATIAL:
+        kernel = a.get("kernel_shape")
+        for name, least, what in (
+            ("kernel_shape", 1, "positive"),
+            ("strides", 1, "positive"),
+            ("dilations", 1, "positive"),
+            ("pads", 0, "non-negative"),
+        ):
+            v = a.get(name)
+            if v is not None and any(int(x) < least for x in v):
+                return f"{name} {list(v)} must be {what}"
+            if v is not None and kernel is not None:
+                want = 2 * len(kernel) if name == "pads" else len(kernel)
+                if len(v) != want:
+                    return f"{name} has {len(v)} values, a {len(kernel)}-D kernel needs {want}"
+        auto = a.get("auto_pad", b"NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        if auto not in _AUTO_PAD:
+            return f"auto_pad {auto!r} is not one of {', '.join(_AUTO_PAD)}"
+        if op == "Conv" and int(a.get("group", 1)) < 1:
+            return f"group {a['group']} must be positive"
+        for flag in ("ceil_mode", "count_include_pad"):
+            if flag in a and int(a[flag]) not in (0, 1):
+                return f"{flag} {a[flag]} must be 0 or 1"
+    elif op == "Gemm":
+        for flag in ("transA", "transB"):
+            if flag in a and int(a[flag]) not in (0, 1):
+                return f"{flag} {a[flag]} must be 0 or 1"
+        for name in ("alpha", "beta"):
+            if name in a and not math.isfinite(float(a[name])):
+                return f"{name} {a[name]} is not finite"
+    elif op == "BatchNormalization":
+        eps = float(a.get("epsilon", 1e-5))
+        if not (math.isfinite(eps) and eps >= 0):
+            return f"epsilon {eps} must be finite and non-negative"
+    return None
+
+
+def _force_batch_one(m: onnx.ModelProto) -> onnx.ModelProto:
+    from raptor.frontend.cleanup import force_batch_one
+
+    c = onnx.ModelProto()
+    c.CopyFrom(m)
+    return force_batch_one(c)
+
+
+def _type_name(elem_type: int) -> str:
+    try:
+        return TensorProto.DataType.Name(elem_type).lower()
+    except ValueError:
+        return f"type {elem_type}"
+
+
+def _check_inputs(g: onnx.GraphProto, fail) -> dict[str, tuple[int, ...]]:
+    inits = {t.name for t in g.initializer}
+    real = [vi for vi in g.input if vi.name not in inits]
+    if not real:
+        raise fail("the graph has no input to feed")
+    out: dict[str, tuple[int, ...]] = {}
+    for vi in real:
+        what = f"input {vi.name!r}"
+        if not vi.type.HasField("tensor_type"):
+            raise fail(f"{what} is not a tensor")
+        tt = vi.type.tensor_type
+        if tt.elem_type != TensorProto.FLOAT:
+            raise fail(f"{what} is {_type_name(tt.elem_type)}; only float32 inputs can be fed")
+        if not tt.HasField("shape") or not tt.shape.dim:
+            raise fail(f"{what} has no shape; inputs need a batch dimension and a static shape")
+        dims = []
+        for i, d in enumerate(tt.shape.dim):
+            if not d.HasField("dim_value"):
+                sym = f" {d.dim_param!r}" if d.dim_param else ""
+                raise fail(
+                    f"{what} has a dynamic dimension{sym} at axis {i}; "
+                    "only the batch dimension (axis 0) may be dynamic"
+                )
+            if d.dim_value <= 0:
+                raise fail(f"{what} has a dimension of size {d.dim_value} at axis {i}")
+            dims.append(int(d.dim_value))
+        out[vi.name] = tuple(dims)
+    return out
+
+
+def _check_outputs(g: onnx.GraphProto, fail) -> list[str]:
+    if not g.output:
+        raise fail("the graph has no outputs")
+    produced = {o for n in g.node for o in n.output if o}
+    for vi in g.output:
+        what = f"output {vi.name!r}"
+        if vi.name not in produced:
+            raise fail(f"{what} is not computed by any node")
+        if not vi.type.HasField("tensor_type"):
+            raise fail(f"{what} is not a tensor")
+        et = vi.type.tensor_type.elem_type
+        if et not in (TensorProto.FLOAT, TensorProto.UNDEFINED):
+            raise fail(f"{what} is {_type_name(et)}; only float32 outputs can be compared")
+    return [vi.name for vi in g.output]
