@@ -74,6 +74,9 @@ def check_model(model: str | Path | onnx.ModelProto) -> CheckedModel:
 
     if not m.HasField("graph"):
         raise fail("not an ONNX model (no graph)")
+    bad = _non_utf8_string(m)
+    if bad:
+        raise fail(f"{bad} is not valid UTF-8")
     g = m.graph
     if not g.node:
         raise fail("the graph has no nodes")
@@ -88,11 +91,13 @@ def check_model(model: str | Path | onnx.ModelProto) -> CheckedModel:
     except (onnx.checker.ValidationError, ValueError) as e:
         node, problem = _checker_message(g, str(e))
         raise fail(f"onnx.checker: {problem}", node) from None
+    _check_initializers(g, fail)
     for node in g.node:
         problem = _attribute_problem(node)
         if problem:
             raise fail(problem, node)
 
+    _check_batch(g, fail)
     batch1 = _force_batch_one(m)
     inputs = _check_inputs(batch1.graph, fail)
     try:
@@ -102,7 +107,13 @@ def check_model(model: str | Path | onnx.ModelProto) -> CheckedModel:
     except (shape_inference.InferenceError, onnx.checker.ValidationError, ValueError) as e:
         node, problem = _inference_message(g, str(e))
         raise fail(f"shape inference: {problem}", node) from None
-    outputs = _check_outputs(inferred.graph, fail)
+    outputs = _check_outputs(g, fail)
+    shapes = _static_shapes(inferred.graph)
+    weights = {t.name: list(t.dims) for t in g.initializer}
+    for node in g.node:
+        problem = _weight_problem(node, weights, shapes)
+        if problem:
+            raise fail(problem, node)
     return CheckedModel(m, label, int(opset), inputs, outputs)
 
 
@@ -126,6 +137,24 @@ def _parse(path: Path, label: str) -> onnx.ModelProto:
         except (OSError, ValueError) as e:
             raise ModelError(f"{label}: cannot load external tensor data: {e}") from None
     return m
+
+
+def _non_utf8_string(msg, path: str = "model") -> str | None:
+    """The first string field (a name, an op type, a doc string) that protobuf could not
+    decode as UTF-8 (ONNX is proto2: such fields come back as bytes); None if all decode."""
+    for fd, value in msg.ListFields():
+        values = list(value) if fd.is_repeated else [value]
+        if fd.type == fd.TYPE_STRING:
+            if any(isinstance(v, bytes) for v in values):
+                return f"{path}.{fd.name}"
+        elif fd.type == fd.TYPE_MESSAGE:
+            for i, v in enumerate(values):
+                bad = _non_utf8_string(
+                    v, f"{path}.{fd.name}" + (f"[{i}]" if fd.is_repeated else "")
+                )
+                if bad:
+                    return bad
+    return None
 
 
 def _where(node: onnx.NodeProto | None) -> str:
@@ -188,9 +217,11 @@ def _attribute_problem(node: onnx.NodeProto) -> str | None:
         auto = auto.decode() if isinstance(auto, bytes) else auto
         if auto not in _AUTO_PAD:
             return f"auto_pad {auto!r} is not one of {', '.join(_AUTO_PAD)}"
+        if auto != "NOTSET" and "pads" in a:
+            return f"auto_pad {auto} and explicit pads cannot both be given"
         if op == "Conv" and int(a.get("group", 1)) < 1:
             return f"group {a['group']} must be positive"
-        for flag in ("ceil_mode", "count_include_pad"):
+        for flag in ("ceil_mode", "count_include_pad", "storage_order"):
             if flag in a and int(a[flag]) not in (0, 1):
                 return f"{flag} {a[flag]} must be 0 or 1"
     elif op == "Gemm":
@@ -204,6 +235,67 @@ def _attribute_problem(node: onnx.NodeProto) -> str | None:
         eps = float(a.get("epsilon", 1e-5))
         if not (math.isfinite(eps) and eps >= 0):
             return f"epsilon {eps} must be finite and non-negative"
+    return None
+
+
+def _check_initializers(g: onnx.GraphProto, fail) -> None:
+    """Every weight decodes to its declared shape and holds finite numbers."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    known = set(TensorProto.DataType.values())
+    for t in g.initializer:
+        if t.data_type not in known:
+            raise fail(f"initializer {t.name!r} has an unknown data type {t.data_type}")
+        try:
+            a = numpy_helper.to_array(t)
+        except (ValueError, TypeError, KeyError) as e:
+            raise fail(f"initializer {t.name!r} does not decode: {e}") from None
+        if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+            raise fail(f"initializer {t.name!r} holds NaN or infinite values")
+
+
+def _check_batch(g: onnx.GraphProto, fail) -> None:
+    """A fixed batch other than 1 would be silently changed by forcing batch 1."""
+    inits = {t.name for t in g.initializer}
+    for vi in g.input:
+        if vi.name in inits or not vi.type.HasField("tensor_type"):
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) and dims[0].HasField("dim_value") and dims[0].dim_value != 1:
+            raise fail(
+                f"input {vi.name!r} has batch {dims[0].dim_value}; "
+                "only batch 1 or a dynamic batch is supported"
+            )
+
+
+def _static_shapes(g: onnx.GraphProto) -> dict[str, list[int]]:
+    out = {}
+    for vi in [*g.input, *g.value_info, *g.output]:
+        dims = vi.type.tensor_type.shape.dim
+        if vi.type.HasField("tensor_type") and all(d.HasField("dim_value") for d in dims):
+            out[vi.name] = [int(d.dim_value) for d in dims]
+    return out
+
+
+def _weight_problem(
+    node: onnx.NodeProto, weights: dict[str, list[int]], shapes: dict[str, list[int]]
+) -> str | None:
+    """A Conv's weight must match its kernel_shape, group, input channels and bias (strict
+    inference compares none of these)."""
+    if node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in weights:
+        return None
+    w = weights[node.input[1]]
+    a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+    group = int(a.get("group", 1))
+    if "kernel_shape" in a and w[2:] != list(a["kernel_shape"]):
+        return f"kernel_shape {list(a['kernel_shape'])} does not match the weight's {w[2:]}"
+    x = shapes.get(node.input[0])
+    if len(w) < 2 or w[0] % group or (x is not None and len(x) > 1 and w[1] * group != x[1]):
+        c = x[1] if x is not None and len(x) > 1 else "?"
+        return f"weight {w} does not fit {c} input channels in {group} group(s)"
+    if len(node.input) > 2 and node.input[2] in weights and weights[node.input[2]] != [w[0]]:
+        return f"bias of shape {weights[node.input[2]]} does not match {w[0]} output channels"
     return None
 
 
@@ -263,6 +355,6 @@ def _check_outputs(g: onnx.GraphProto, fail) -> list[str]:
         if not vi.type.HasField("tensor_type"):
             raise fail(f"{what} is not a tensor")
         et = vi.type.tensor_type.elem_type
-        if et not in (TensorProto.FLOAT, TensorProto.UNDEFINED):
+        if et != TensorProto.FLOAT:
             raise fail(f"{what} is {_type_name(et)}; only float32 outputs can be compared")
     return [vi.name for vi in g.output]

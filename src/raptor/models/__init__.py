@@ -56,7 +56,8 @@ INPUT_SIZE_RULE = {
 _SMALL = {"vgg8": 32, "resnet18": 32, "resnet34": 32, "googlenet": 32, "yolo11n": 64}
 
 
-def _build(name: str, input_size: int | None, seed: int):
+def check_input_size(name: str, input_size: int | None) -> int:
+    """The input size `name` is built at (its default for None); RaptorError if it cannot be."""
     if name not in MODEL_NAMES:
         raise RaptorError(f"unknown model {name!r}; choose one of {', '.join(MODEL_NAMES)}")
     size = DEFAULT_INPUT_SIZE[name] if input_size is None else int(input_size)
@@ -64,6 +65,11 @@ def _build(name: str, input_size: int | None, seed: int):
     if size < least or size % step:
         need = f"a positive multiple of {step}" if step > 1 else f"at least {least}"
         raise RaptorError(f"{name} needs an input size that is {need}, got {size}")
+    return size
+
+
+def _build(name: str, input_size: int | None, seed: int):
+    size = check_input_size(name, input_size)
     if name == "vgg8":
         from raptor.models.vgg import build_vgg8
 
@@ -157,6 +163,7 @@ __all__ = [
     "DEFAULT_INPUT_SIZE",
     "build_model",
     "save_model",
+    "check_input_size",
     "model_info",
     "input_sensitivity",
 ]
