@@ -86,23 +86,22 @@ def check_model(model: str | Path | onnx.ModelProto) -> CheckedModel:
     if opset not in SUPPORTED_OPSETS:
         lo, hi = SUPPORTED_OPSETS[0], SUPPORTED_OPSETS[-1]
         raise fail(f"opset {opset} is not supported (supported: {lo} to {hi})")
+    _check_initializers(g, fail)
+    _check_batch(g, fail)
+    skeleton = _skeleton(m)
+    inputs = _check_inputs(skeleton.graph, {t.name for t in g.initializer}, fail)
     try:
-        onnx.checker.check_model(m)
+        onnx.checker.check_model(skeleton)
     except (onnx.checker.ValidationError, ValueError) as e:
         node, problem = _checker_message(g, str(e))
         raise fail(f"onnx.checker: {problem}", node) from None
-    _check_initializers(g, fail)
     for node in g.node:
         problem = _attribute_problem(node)
         if problem:
             raise fail(problem, node)
-
-    _check_batch(g, fail)
-    batch1 = _force_batch_one(m)
-    inputs = _check_inputs(batch1.graph, fail)
     try:
         inferred = shape_inference.infer_shapes(
-            batch1, check_type=True, strict_mode=True, data_prop=True
+            skeleton, check_type=True, strict_mode=True, data_prop=True
         )
     except (shape_inference.InferenceError, onnx.checker.ValidationError, ValueError) as e:
         node, problem = _inference_message(g, str(e))
@@ -299,12 +298,28 @@ def _weight_problem(
     return None
 
 
-def _force_batch_one(m: onnx.ModelProto) -> onnx.ModelProto:
+def _skeleton(m: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy with batch 1 whose large float weights are graph inputs of the same type and
+    shape instead of initializers: the checker and shape inference see the same graph without
+    serializing megabytes of weights (their values were checked by _check_initializers; small
+    tensors such as Reshape shapes and Resize scales stay, for data propagation)."""
     from raptor.frontend.cleanup import force_batch_one
 
     c = onnx.ModelProto()
     c.CopyFrom(m)
-    return force_batch_one(c)
+    force_batch_one(c)  # leaves initializers (and inputs named like them) alone
+    declared = {vi.name for vi in c.graph.input}
+    kept = []
+    for t in c.graph.initializer:
+        if t.data_type == TensorProto.FLOAT and math.prod(t.dims) > 64:
+            if t.name not in declared:
+                c.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, t.dims))
+        else:
+            kept.append(t)
+    small = [onnx.TensorProto.FromString(t.SerializeToString()) for t in kept]
+    del c.graph.initializer[:]
+    c.graph.initializer.extend(small)
+    return c
 
 
 def _type_name(elem_type: int) -> str:
@@ -314,9 +329,8 @@ def _type_name(elem_type: int) -> str:
         return f"type {elem_type}"
 
 
-def _check_inputs(g: onnx.GraphProto, fail) -> dict[str, tuple[int, ...]]:
-    inits = {t.name for t in g.initializer}
-    real = [vi for vi in g.input if vi.name not in inits]
+def _check_inputs(g: onnx.GraphProto, weights: set[str], fail) -> dict[str, tuple[int, ...]]:
+    real = [vi for vi in g.input if vi.name not in weights]
     if not real:
         raise fail("the graph has no input to feed")
     out: dict[str, tuple[int, ...]] = {}
