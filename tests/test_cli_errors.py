@@ -66,3 +66,14 @@ def test_unwritable_output_is_a_user_error(tmp_path, capsys):
     _, err = capsys.readouterr()
     assert rc == EXIT_USER_ERROR
     assert re.fullmatch(rf"raptor: error: {re.escape(str(blocker))}\S*: Not a directory\n", err)
+
+
+def test_closed_stdout_is_quiet(monkeypatch, capsys):
+    """`raptor ... | head`: the reader went away; no error line, no log, exit 141 (SIGPIPE)."""
+
+    def load_arch(name):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("raptor.arch.load_arch", load_arch)
+    assert main(["arch", "show", "arch-a"]) == 141
+    assert capsys.readouterr().err == ""

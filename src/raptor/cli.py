@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -282,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("raptor: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout went away (`raptor ... | head`)
+        with contextlib.suppress(OSError, ValueError):  # no flush error at exit either
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except OSError as e:  # the file system refused a path the user gave (permissions, space)
         if e.filename is None:
             return _internal_error(e, args.debug)
