@@ -4,12 +4,15 @@ bounds it.
     check_model(model) -> CheckedModel     model: path, str or onnx.ModelProto
 
 In order: the path exists and is a non-empty regular file; it parses as an ONNX ModelProto;
-the graph has nodes; its ai.onnx opset is in SUPPORTED_OPSETS; it passes `onnx.checker`; the
-attributes the frontend lowers are in range; with the batch dimension forced to 1 it passes
-strict shape inference (type checks, data propagation: the checker's full check); every graph
-input is a float32 tensor of static shape and every graph output a float32 tensor. The first
-failure raises ModelError with one line: `<file>: node '<name>' (<op>): <problem>`, or
-`<file>: <problem>` when no node is at fault.
+every name is valid UTF-8; the graph has nodes; its ai.onnx opset is in SUPPORTED_OPSETS; every
+initializer decodes to its shape and is finite; the batch is 1 or dynamic; every graph input is
+a float32 tensor whose shape is static once the batch is 1; `onnx.checker` passes; the
+attributes the frontend lowers are in range; strict shape inference passes (type checks, data
+propagation: with the checker, the checker's full check); every graph output is a float32
+tensor computed by a node; each Conv's weight matches its kernel, groups, input channels and
+bias. The checker and inference see a batch-1 copy whose large weights are typed graph inputs
+(no megabytes serialized twice). The first failure raises ModelError with one line:
+`<file>: node '<name>' (<op>): <problem>`, or `<file>: <problem>` when no node is at fault.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import onnx
 from onnx import TensorProto, helper, shape_inference
 
 from raptor.errors import ModelError
+from raptor.frontend.cleanup import _static_shapes, force_batch_one
 
 # ai.onnx opsets that both pinned runtimes define (onnx 1.23: 1-28, onnxruntime 1.32: 7-28)
 SUPPORTED_OPSETS = range(7, 29)
@@ -107,7 +111,7 @@ def check_model(model: str | Path | onnx.ModelProto) -> CheckedModel:
         node, problem = _inference_message(g, str(e))
         raise fail(f"shape inference: {problem}", node) from None
     outputs = _check_outputs(g, fail)
-    shapes = _static_shapes(inferred.graph)
+    shapes = _static_shapes(inferred)
     weights = {t.name: list(t.dims) for t in g.initializer}
     for node in g.node:
         problem = _weight_problem(node, weights, shapes)
@@ -268,17 +272,8 @@ def _check_batch(g: onnx.GraphProto, fail) -> None:
             )
 
 
-def _static_shapes(g: onnx.GraphProto) -> dict[str, list[int]]:
-    out = {}
-    for vi in [*g.input, *g.value_info, *g.output]:
-        dims = vi.type.tensor_type.shape.dim
-        if vi.type.HasField("tensor_type") and all(d.HasField("dim_value") for d in dims):
-            out[vi.name] = [int(d.dim_value) for d in dims]
-    return out
-
-
 def _weight_problem(
-    node: onnx.NodeProto, weights: dict[str, list[int]], shapes: dict[str, list[int]]
+    node: onnx.NodeProto, weights: dict[str, list[int]], shapes: dict[str, tuple[int, ...]]
 ) -> str | None:
     """A Conv's weight must match its kernel_shape, group, input channels and bias (strict
     inference compares none of these)."""
@@ -303,8 +298,6 @@ def _skeleton(m: onnx.ModelProto) -> onnx.ModelProto:
     shape instead of initializers: the checker and shape inference see the same graph without
     serializing megabytes of weights (their values were checked by _check_initializers; small
     tensors such as Reshape shapes and Resize scales stay, for data propagation)."""
-    from raptor.frontend.cleanup import force_batch_one
-
     c = onnx.ModelProto()
     c.CopyFrom(m)
     force_batch_one(c)  # leaves initializers (and inputs named like them) alone
