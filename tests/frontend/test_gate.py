@@ -52,6 +52,15 @@ BAD = {
         _bytes(tiny_model({"kernel_shape": [2, 2]})),
         "node 'conv0' (Conv): kernel_shape [2, 2] does not match the weight's [3, 3]",
     ),
+    "conv window larger than the input": (
+        _bytes(tiny_model({"pads": [0, 0, 0, 0], "dilations": [2, 2]})),
+        "node 'conv0' (Conv): window of 5 on axis 2 is larger than the padded input "
+        "(4 + pads 0, 0)",
+    ),
+    "pool pads not smaller than the kernel": (
+        _bytes(tiny_model(pool={"pads": [0, 0, 2, 2]})),
+        "node 'pool0' (MaxPool): pads [0, 0, 2, 2] must be smaller than kernel_shape [2, 2]",
+    ),
     "gemm shapes": (
         _bytes(tiny_model(fc_rows=7)),
         "node 'fc0' (Gemm): shape inference: Dimension mismatch in unification between 7 and 16",

@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 def tiny_model(
     conv: dict | None = None,
+    pool: dict | None = None,
     opset: int = 17,
     input_type: int = TensorProto.FLOAT,
     input_shape: tuple = (1, 3, 4, 4),
@@ -44,7 +45,13 @@ def tiny_model(
         conv_out = "s"
     body += [
         n("Relu", [conv_out], ["r"], name="relu0"),
-        n("MaxPool", ["r"], ["p"], name="pool0", kernel_shape=[2, 2], strides=[2, 2]),
+        n(
+            "MaxPool",
+            ["r"],
+            ["p"],
+            name="pool0",
+            **{"kernel_shape": [2, 2], "strides": [2, 2], **(pool or {})},
+        ),
         n("Flatten", ["p"], ["f"], name="flat0", axis=1),
         n("Gemm", ["f", "FC"], ["y"], name="fc0", transB=0, alpha=1.0),
     ]

@@ -94,6 +94,9 @@ def check_model(model: str | Path | onnx.ModelProto) -> CheckedModel:
     _check_batch(g, fail)
     skeleton = _skeleton(m)
     inputs = _check_inputs(skeleton.graph, {t.name for t in g.initializer}, fail)
+    for vi in g.output:  # the checker's own message for this names neither the tensor nor why
+        if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
+            raise fail(f"output {vi.name!r} declares no shape (onnx.checker requires one)")
     try:
         onnx.checker.check_model(skeleton)
     except (onnx.checker.ValidationError, ValueError) as e:
@@ -108,15 +111,13 @@ def check_model(model: str | Path | onnx.ModelProto) -> CheckedModel:
             skeleton, check_type=True, strict_mode=True, data_prop=True
         )
     except (shape_inference.InferenceError, onnx.checker.ValidationError, ValueError) as e:
+        # a window larger than its input passes inference with a size-0 output, and the node
+        # that reads it fails instead: name the cause when shapes without strictness show it
+        _check_windows(g, _static_shapes(_loose_inference(skeleton)), fail)
         node, problem = _inference_message(g, str(e))
         raise fail(f"shape inference: {problem}", node) from None
     outputs = _check_outputs(g, fail)
-    shapes = _static_shapes(inferred)
-    weights = {t.name: list(t.dims) for t in g.initializer}
-    for node in g.node:
-        problem = _weight_problem(node, weights, shapes)
-        if problem:
-            raise fail(problem, node)
+    _check_windows(g, _static_shapes(inferred), fail)
     return CheckedModel(m, label, int(opset), inputs, outputs)
 
 
@@ -222,6 +223,11 @@ def _attribute_problem(node: onnx.NodeProto) -> str | None:
             return f"auto_pad {auto!r} is not one of {', '.join(_AUTO_PAD)}"
         if auto != "NOTSET" and "pads" in a:
             return f"auto_pad {auto} and explicit pads cannot both be given"
+        pads = a.get("pads")
+        if op != "Conv" and pads is not None and kernel is not None:
+            n = len(kernel)
+            if any(pads[i] >= kernel[i] or pads[i + n] >= kernel[i] for i in range(n)):
+                return f"pads {list(pads)} must be smaller than kernel_shape {list(kernel)}"
         if op == "Conv" and int(a.get("group", 1)) < 1:
             return f"group {a['group']} must be positive"
         for flag in ("ceil_mode", "count_include_pad", "storage_order"):
@@ -290,6 +296,52 @@ def _weight_problem(
         return f"weight {w} does not fit {c} input channels in {group} group(s)"
     if len(node.input) > 2 and node.input[2] in weights and weights[node.input[2]] != [w[0]]:
         return f"bias of shape {weights[node.input[2]]} does not match {w[0]} output channels"
+    return None
+
+
+def _loose_inference(m: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+    except (shape_inference.InferenceError, onnx.checker.ValidationError, ValueError):
+        return m
+
+
+def _check_windows(g: onnx.GraphProto, shapes: dict[str, tuple[int, ...]], fail) -> None:
+    weights = {t.name: list(t.dims) for t in g.initializer}
+    for node in g.node:
+        problem = _weight_problem(node, weights, shapes) or _window_problem(node, shapes, weights)
+        if problem:
+            raise fail(problem, node)
+
+
+def _window_problem(
+    node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]], weights
+) -> str | None:
+    """Every sliding window fits the padded input at least once (strict inference lets a
+    kernel larger than the input through, with a negative output size)."""
+    if node.op_type not in _SPATIAL or not node.input:
+        return None
+    x = shapes.get(node.input[0])
+    a = {v.name: helper.get_attribute_value(v) for v in node.attribute}
+    kernel = a.get("kernel_shape")
+    if kernel is None and len(node.input) > 1:
+        kernel = weights.get(node.input[1], [None, None])[2:]
+    if x is None or not kernel or len(x) != len(kernel) + 2:
+        return None
+    n = len(kernel)
+    auto = a.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto.startswith("SAME"):
+        return None
+    pads = list(a.get("pads", [0] * 2 * n)) if auto == "NOTSET" else [0] * 2 * n
+    dil = list(a.get("dilations", [1] * n))
+    for i in range(n):
+        span = dil[i] * (kernel[i] - 1) + 1
+        if x[2 + i] + pads[i] + pads[i + n] < span:
+            return (
+                f"window of {span} on axis {2 + i} is larger than the padded input "
+                f"({x[2 + i]} + pads {pads[i]}, {pads[i + n]})"
+            )
     return None
 
 
