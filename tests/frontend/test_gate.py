@@ -188,3 +188,19 @@ def test_models_build_bad_input_size(tmp_path, capsys):
         == "raptor: error: vgg8 needs an input size that is a positive multiple of 8, got 10\n"
     )
     assert not out.exists()
+
+
+def test_frontend_errors_after_the_gate_name_the_file(tmp_path, capsys):
+    """A valid model with an op the frontend cannot map: one line naming file, op and node."""
+    from onnx import helper
+
+    m = tiny_model()
+    m.graph.node[1].op_type = "LeakyRelu"  # relu0
+    m.graph.node[1].attribute.append(helper.make_attribute("alpha", 0.1))
+    path = tmp_path / "leaky.onnx"
+    path.write_bytes(m.SerializeToString())
+    out = tmp_path / "out"
+    rc, stdout, stderr = _run(capsys, ["compile", str(path), "--arch", ARCH, "--out", str(out)])
+    assert (rc, stdout) == (EXIT_USER_ERROR, "")
+    assert stderr == f"raptor: error: {path}: unsupported ONNX op LeakyRelu (node 'relu0')\n"
+    assert not out.exists()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import onnx
 
-from raptor.errors import UnsupportedOpError
+from raptor.errors import RaptorError, UnsupportedOpError
 from raptor.frontend.graph import NORMALIZED_OPS, Graph, Node
 
 
@@ -43,13 +43,16 @@ def load_graph(model: str | Path | onnx.ModelProto, slim: bool = False) -> Graph
     from raptor.frontend.gate import check_model
     from raptor.frontend.importer import import_model
 
-    m = cleanup(check_model(model).model, slim=slim)
-    g = import_model(m)
-    fold_batchnorm(g)
-    fold_pad(g)
-    fold_bias_add(g)
-    fuse_activations(g)
-    return finalize(g)
+    checked = check_model(model)
+    try:
+        g = import_model(cleanup(checked.model, slim=slim))
+        fold_batchnorm(g)
+        fold_pad(g)
+        fold_bias_add(g)
+        fuse_activations(g)
+        return finalize(g)
+    except RaptorError as e:  # name the file, as the gate does
+        raise type(e)(f"{checked.label}: {e}") from None
 
 
 __all__ = ["Graph", "Node", "NORMALIZED_OPS", "load_graph"]
