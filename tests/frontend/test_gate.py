@@ -204,3 +204,16 @@ def test_frontend_errors_after_the_gate_name_the_file(tmp_path, capsys):
     assert (rc, stdout) == (EXIT_USER_ERROR, "")
     assert stderr == f"raptor: error: {path}: unsupported ONNX op LeakyRelu (node 'relu0')\n"
     assert not out.exists()
+
+
+def test_onnxruntime_load_is_the_last_check(tmp_path, monkeypatch):
+    """What the explicit checks would miss, onnxruntime's kernels reject at load time: with the
+    attribute checks switched off, an out-of-range storage_order is still one line."""
+    monkeypatch.setattr("raptor.frontend.gate._attribute_problem", lambda node: None)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_bytes(tiny_model(pool={"storage_order": 3})))
+    with pytest.raises(ModelError) as e:
+        check_model(path)
+    assert str(e.value) == (
+        f"{path}: onnxruntime: storage_order must be 0 (row-major) or 1 (column-major). Got: 3"
+    )
