@@ -10,8 +10,9 @@ a float32 tensor whose shape is static once the batch is 1; `onnx.checker` passe
 attributes the frontend lowers are in range; strict shape inference passes (type checks, data
 propagation: with the checker, the checker's full check); every graph output is a float32
 tensor computed by a node; each Conv's weight matches its kernel, groups, input channels and
-bias. The checker and inference see a batch-1 copy whose large weights are typed graph inputs
-(no megabytes serialized twice). The first failure raises ModelError with one line:
+bias, and every Conv/pool window fits its padded input; onnxruntime loads it. The checker,
+shape inference and onnxruntime see a batch-1 copy whose large weights are typed graph inputs
+(no megabytes serialized again). The first failure raises ModelError with one line:
 `<file>: node '<name>' (<op>): <problem>`, or `<file>: <problem>` when no node is at fault.
 """
 
