@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -155,6 +157,11 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="raptor", description="ONNX to ReRAM-crossbar PIM compiler and simulator"
+    )
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        help="print the traceback of an internal error instead of writing it to a log file",
     )
     sub = p.add_subparsers(dest="command", required=True)
     arch_help = "arch-a, arch-b, arch-c or an architecture JSON file"
@@ -320,16 +327,59 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+EXIT_USER_ERROR = 2  # bad input: one line naming the problem (argparse uses 2 as well)
+EXIT_INTERNAL_ERROR = 70  # a bug in raptor (EX_SOFTWARE): one line + a log with the traceback
+
+
+def _internal_error(e: BaseException, debug: bool) -> int:
+    """One line for an unexpected exception; the traceback goes to a log file (or, with
+    --debug, to stderr)."""
+    import tempfile
+    import time
+    import traceback
+
+    tb = traceback.format_exc()
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    what = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+    if debug:
+        print(tb, end="", file=sys.stderr)
+        print(f"raptor: internal error: {what}", file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
+    where = "(could not write a log)"
+    try:
+        fd, log = tempfile.mkstemp(
+            prefix=f"raptor-internal-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".log"
+        )
+        with os.fdopen(fd, "w") as f:
+            f.write(f"raptor {' '.join(sys.argv[1:])}\n{tb}")
+        where = f"(traceback in {log}; rerun with --debug to print it)"
+    except OSError:
+        pass
+    print(f"raptor: internal error: {what} {where}", file=sys.stderr)
+    return EXIT_INTERNAL_ERROR
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except RaptorError as e:
         print(f"raptor: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("raptor: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout went away (`raptor ... | head`)
+        with contextlib.suppress(OSError, ValueError):  # no flush error at exit either
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except OSError as e:  # the file system refused a path the user gave (permissions, space)
+        if e.filename is None:
+            return _internal_error(e, args.debug)
+        print(f"raptor: error: {e.filename}: {e.strerror}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except Exception as e:  # noqa: BLE001 - anything else is a bug: one line and a log
+        return _internal_error(e, args.debug)
 
 
 if __name__ == "__main__":

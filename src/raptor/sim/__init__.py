@@ -4,6 +4,7 @@ energy and power. `simulate` runs a PimProgram; `simulate_dir` a pim/ directory.
 from __future__ import annotations
 
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -168,11 +169,18 @@ def find_pimdir(path: str | Path) -> Path:
 
 def load_inputs(path: str | Path) -> list[dict[str, np.ndarray]]:
     """Inputs from an .npz: keys `<name>` (one input) or `<i>/<name>` / `<name>_<i>` per round."""
-    data = np.load(path)
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (ValueError, EOFError, zipfile.BadZipFile):
+        raise SimulationError(f"{path}: not an .npz file of input arrays") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise SimulationError(f"{path}: a single .npy array, not an .npz file of named inputs")
     per: dict[int, dict[str, np.ndarray]] = {}
     for key in data.files:
         if "/" in key:
             i, name = key.split("/", 1)
+            if not i.isdigit():
+                raise SimulationError(f"{path}: key {key!r} is not <round>/<input name>")
             per.setdefault(int(i), {})[name] = data[key]
         else:
             per.setdefault(0, {})[key] = data[key]

@@ -161,7 +161,9 @@ def make_console():
 
 
 def prepare_models(specs: list[CaseSpec], console) -> None:
-    """Build each model once and its reference data once, before any case runs."""
+    """Build each model once and its reference data once, before any case runs; every model
+    file passes the import gate (raptor.frontend.gate) first."""
+    from raptor.frontend.gate import check_model
     from raptor.models import save_model
     from raptor.validation.reference import ensure_reference
 
@@ -175,6 +177,7 @@ def prepare_models(specs: list[CaseSpec], console) -> None:
         if not s.fast or not s.model_path.is_file() or not _model_matches(s):
             save_model(model, s.model_path, input_size=s.input_size, seed=s.seed)
             _write_model_key(s)
+        check_model(s.model_path)
         ensure_reference(s.model_path, s.common_dir, n_inputs, seed=s.seed, fast=s.fast)
         console.log(
             f"[bold]{model}[/]: model and reference data ready ({time.perf_counter() - t0:.1f} s)"
@@ -346,10 +349,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     from raptor.arch import load_arch
     from raptor.errors import RaptorError
+    from raptor.models import check_input_size
 
     try:
         for a in args.archs:
             load_arch(a)
+        for m in args.models:
+            check_input_size(m, args.input_size)
     except RaptorError as e:
         console.print(f"run_pimcomp_models.py: error: {e}")
         return 2
@@ -367,7 +373,16 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         with executor:
-            prepare_models(specs, console)
+            try:
+                prepare_models(specs, console)
+            except RaptorError as e:
+                console.print(
+                    f"run_pimcomp_models.py: error: {e}",
+                    soft_wrap=True,
+                    highlight=False,
+                    markup=False,
+                )
+                return 2
             results = run_cases(specs, executor, console)
     except KeyboardInterrupt:
         console.print(

@@ -177,11 +177,13 @@ def validate_dir(
     """Simulate a pim/ directory on the reference inputs of `model_path` and compare. arch, mode
     and pipeline default to the directory's target record and must not contradict it
     (raptor.isa.target.resolve_target; force_target overrides, and the verdict says so)."""
+    from raptor.frontend.gate import check_model
     from raptor.isa.pimdir import read_pimdir
     from raptor.isa.target import resolve_target
     from raptor.sim import find_pimdir, simulate
     from raptor.validation.reference import ensure_reference
 
+    check_model(model_path)  # before anything is read or a reference directory is made
     pimdir = find_pimdir(dir)
     prog = read_pimdir(pimdir)
     target = resolve_target(prog, arch, mode, pipeline, force=force_target)
