@@ -71,7 +71,8 @@ def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) ->
     from raptor.pim.codegen import generate
     from raptor.spatial.build import build_spatial
     from raptor.spatial.fusion import ResidualFusionPass
-    from raptor.spatial.noc import NocDataflowPass, OrderStuck, demote_pairs, order_messages
+    from raptor.spatial.message_order import OrderStuck, order_messages
+    from raptor.spatial.noc import NocDataflowPass, demote_pairs
     from raptor.spatial.planning import SpatialPlanningPass, estimates, plain_assignment
     from raptor.spatial.sibling import SiblingMergePass
     from raptor.spatial.sync import SynchronizationPass

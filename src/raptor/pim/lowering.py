@@ -37,7 +37,8 @@ from raptor.spatial.geometry import (
     window_classes,
 )
 from raptor.spatial.ir import ComputeNode, Layer, LayerKind, NodeKind, SpatialGraph
-from raptor.spatial.noc import mvm_lines_ok, node_steps, pool_lines_ok, row_segments, row_steps
+from raptor.spatial.message_order import node_steps, row_segments, row_steps
+from raptor.spatial.noc import mvm_lines_ok, pool_lines_ok
 from raptor.spatial.tiling import row_tiles
 
 R_ZERO, R_IN0, R_IN1, R_OUT, R_CONST = 0, 1, 2, 3, 4

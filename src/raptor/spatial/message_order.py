@@ -1,0 +1,425 @@
+"""NoC message order: where every send and recv of the NoC dataflow goes in its core's program.
+
+Send and recv are a rendezvous (pimsim-nn pairs them by source and destination in program order,
+and at rob_size 1 a core waits at its send until the receiver reaches its recv), so the order of
+the messages in each program decides whether the programs can deadlock and how long cores wait.
+`order_messages` runs the whole program once on estimated times, without values, and appends
+every event to the programs of the cores it involves as it happens; raptor.spatial.noc explains
+why that one global order makes the programs deadlock-free whatever the real timing.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from raptor.arch import Arch
+from raptor.spatial.geometry import lines_geometry
+from raptor.spatial.ir import ComputeNode, NodeKind, SpatialGraph
+from raptor.spatial.noc import NocPlan, Source, Unit, unit_of
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step of a node's program: output row `oy` (-1: a whole band) of band `band`, pixels
+    [pa, pb); the unit between two steps is where the node's messages go."""
+
+    band: int
+    oy: int
+    pa: int
+    pb: int
+
+
+def row_segments(ow: int) -> list[int]:
+    """Column cuts [0, ..., ow] of an output row into the segments a NoC node computes and sends
+    one at a time (up to SEGMENTS_PER_ROW of at least two pixels), so that a consumer starts on
+    the first columns of a row before its producers finished the row."""
+    n = max(1, min(SEGMENTS_PER_ROW, ow // 2))
+    return [round(i * ow / n) for i in range(n + 1)]
+
+
+SEGMENTS_PER_ROW = 4
+
+
+def row_steps(a: int, b: int, ow: int, cuts: list[int]) -> list[tuple[int, int, int]]:
+    """(output row, first pixel, end pixel) of pixels [a, b) cut at whole rows and at `cuts`."""
+    out = []
+    for oy in range(a // ow, (b - 1) // ow + 1):
+        lo, hi = max(a, oy * ow), min(b, (oy + 1) * ow)
+        edges = sorted({lo, hi, *(oy * ow + x for x in cuts if lo < oy * ow + x < hi)})
+        out += [(oy, e0, e1) for e0, e1 in zip(edges, edges[1:])]
+    return out
+
+
+def node_steps(sg: SpatialGraph, n: ComputeNode) -> list[Step]:
+    """Steps of a node in program order: row segments for a NoC node (fed or sending), bands for
+    every other node (raptor.pim.lowering follows the same split)."""
+    bands = sg.bands.get(n.id, [(n.p0, n.p1)])
+    plan = sg.noc
+    if plan is None or not plan.uses_lines(n):
+        return [Step(i, -1, a, b) for i, (a, b) in enumerate(bands)]
+    ow = max(1, sg.layers[n.layer].output.width)
+    cuts = row_segments(ow)
+    return [
+        Step(i, oy, pa, pb)
+        for i, (a, b) in enumerate(bands)
+        for oy, pa, pb in row_steps(a, b, ow, cuts)
+    ]
+
+
+def step_need(sg: SpatialGraph, n: ComputeNode, s: Step) -> list[tuple[int, int]]:
+    """(input row, bit mask of its columns) that step s of a fed line-buffer node reads."""
+    ly = sg.layers[n.layer]
+    v = ly.inputs[0]
+    kh, kw = ly.kernel_shape
+    sh, sw = ly.strides
+    if n.kind == NodeKind.MVM:
+        i0, i1, _, _, _ = lines_geometry(ly, n)
+    else:
+        i0, i1 = 0, kh
+    y = s.oy * sh - ly.pads[0]
+    ow = ly.output.width
+    xa, xb = s.pa - s.oy * ow, s.pb - s.oy * ow
+    a = max(0, xa * sw - ly.pads[1])
+    b = min(v.width, (xb - 1) * sw - ly.pads[1] + kw)
+    mask = (1 << b) - (1 << a) if b > a else 0
+    return [(y + i, mask) for i in range(i0, i1) if 0 <= y + i < v.height]
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    """A send (to `peer`) or recv (from `peer`) of `size` bytes at local address `addr` (a
+    producer's persistent output row, or a fed node's input row slot)."""
+
+    send: bool
+    peer: int
+    addr: int
+    size: int
+
+
+class OrderStuck(Exception):
+    """The greedy order found no core able to move: `pairs` are (producer, consumer) cores of
+    the messages still waiting."""
+
+    def __init__(self, pairs: set[tuple[int, int]]):
+        super().__init__(f"{len(pairs)} core pairs stuck")
+        self.pairs = pairs
+
+
+INF = float("inf")
+
+
+def _message(
+    sg: SpatialGraph,
+    plan: NocPlan,
+    n: ComputeNode,
+    m: ComputeNode,
+    src: Source,
+    r: int,
+    x0: int,
+    x1: int,
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(address, bytes) of the sends on n's core and of the matching recvs on m's core that move
+    columns [x0, x1) of row r from producer n's output rows into fed node m's input row: one
+    message when whole pixels move, one per pixel for a channel slice."""
+    eb = plan.element_bytes
+    cp = sg.layers[n.layer].cols  # channels of a producer's output row pixel
+    cc = sg.layers[m.layer].inputs[0].channels  # channels of a consumer's input row pixel
+    oy0 = n.p0 // plan.width[n.layer]
+    out = plan.out_base[n.id] + ((r - oy0) % plan.out_rows[n.id]) * plan.out_row_bytes[n.id]
+    ring = plan.ring_base[m.id] + (r % plan.ring_rows[m.id]) * plan.ring_row_bytes[m.id]
+    pad = plan.ring_pad[m.id]
+    if src.channels == cp == cc:
+        size = (x1 - x0) * cp * eb
+        return [(out + x0 * cp * eb, size)], [(ring + (x0 + pad) * cc * eb, size)]
+    xs = range(x0, x1)
+    size = src.channels * eb
+    sends = [(out + (x * cp + src.c0) * eb, size) for x in xs]
+    recvs = [(ring + ((x + pad) * cc + src.dst) * eb, size) for x in xs]
+    return sends, recvs
+
+
+def _runs(mask: int) -> list[tuple[int, int]]:
+    """[start, end) runs of set bits of `mask`."""
+    out = []
+    x = 0
+    while mask >> x:
+        if not (mask >> x) & 1:
+            low = (mask >> x) & -(mask >> x)
+            x += low.bit_length() - 1
+            continue
+        inv = ~(mask >> x)
+        length = (inv & -inv).bit_length() - 1
+        out.append((x, x + length))
+        x += length
+    return out
+
+
+def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[Comm]]:
+    """Place every NoC message of `sg` (after synchronization) between the steps of its sender and
+    receiver: returns the messages of each (node id, slot k), slot k lying after the node's step
+    k - 1 (slot 0 after its prologue), in the order the node's core issues them.
+
+    An execution on estimated times (spatial/cost.py lane costs, NoC flit latency) builds one
+    global sequence of events: a core whose next step has its rows received, its waits satisfied
+    and its previous step's rows sent runs that step (the row groups of one reduction tree run
+    each step together, as one event); a row a producer holds is exchanged once its consumer's
+    core is between two steps of that node and the ring slot the row goes to is free; of all
+    enabled events the earliest runs first. Every core's program lists its events in the order of
+    that sequence, so the sequence is a global order all programs respect, and the programs
+    cannot deadlock (module docstring); following estimated times keeps a core's recvs in the
+    order its producers deliver. Raises OrderStuck when the execution stops early."""
+    from raptor.arch.timing import flits, link_latency_ns
+    from raptor.spatial.cost import lane_ns
+
+    plan: NocPlan = sg.noc
+    by_core = sg.nodes_by_core()
+    cores = sorted(by_core)
+    steps = {n.id: node_steps(sg, n) for ns in by_core.values() for n in ns}
+    lane = {n.id: lane_ns(arch, sg.layers[n.layer], n) for n in sg.nodes}
+    # ring slots: rows a fed node loads, the previous row in the same slot, last step using it
+    need: dict[int, list[list[tuple[int, int]]]] = {}
+    prev_in_slot: dict[tuple[int, int], int] = {}
+    last_use: dict[tuple[int, int], int] = {}
+    have: dict[tuple[int, int, int], int] = {}  # (node, row, source) -> received columns
+    want: dict[tuple[int, int], int] = {}  # (node, row) -> bit mask of the columns it reads
+    for n in sg.nodes:
+        if not plan.is_fed(n):
+            continue
+        kh = plan.ring_rows[n.id]
+        need[n.id] = [step_need(sg, n, s) for s in steps[n.id]]
+        seen: dict[int, int] = {}  # slot -> last row loaded there
+        for j, rows in enumerate(need[n.id]):
+            for r, mask in rows:
+                last_use[n.id, r] = j
+                want[n.id, r] = want.get((n.id, r), 0) | mask
+                if (n.id, r) not in prev_in_slot:
+                    prev_in_slot[n.id, r] = seen.get(r % kh, -1)
+                    seen[r % kh] = r
+                    for si in range(len(plan.sources[n.layer])):
+                        have[n.id, r, si] = 0
+    trees: dict[Unit, list[ComputeNode]] = {}
+    for n in sg.nodes:
+        if n.kind == NodeKind.MVM and sg.layers[n.layer].row_groups > 1:
+            trees.setdefault(unit_of(n), []).append(n)
+    gang = {m.id: ms for ms in trees.values() for m in ms}
+
+    comm: dict[tuple[int, int], list[Comm]] = {}
+    pos = {n.id: i for ns in by_core.values() for i, n in enumerate(ns)}
+    ev: dict[int, dict[int, int]] = {c: {} for c in cores}
+    ni = dict.fromkeys(cores, 0)  # index of the current node
+    k = dict.fromkeys(cores, 0)  # steps of the current node done
+    t = dict.fromkeys(cores, 0.0)  # when the core is free
+    ver = dict.fromkeys(cores, 0)
+    done = dict.fromkeys(cores, False)
+    pending: dict[int, dict[int, tuple]] = {c: {} for c in cores}  # message id -> message
+    inbound: dict[int, set[int]] = {c: set() for c in cores}  # producer cores holding rows for c
+    heap: list[tuple] = []
+    seq = 0
+    now = 0.0
+
+    def current(c: int) -> ComputeNode | None:
+        ns = by_core[c]
+        return ns[ni[c]] if ni[c] < len(ns) else None
+
+    def waits_ok(c: int, toks) -> bool:
+        want: dict[int, int] = {}
+        for tk in toks:
+            if tk.kind == "wait":
+                want[tk.event] = want.get(tk.event, 0) + tk.value
+        return all(ev[c].get(e, 0) >= v for e, v in want.items())
+
+    def before(n: ComputeNode, j: int) -> list:
+        st = steps[n.id]
+        toks = list(sg.tokens_before.get(n.id, [])) if j == 0 else []
+        if j == 0 or st[j - 1].band != st[j].band:
+            toks += sg.band_before.get((n.id, st[j].band), [])
+        return toks
+
+    def after(n: ComputeNode, j: int) -> list:
+        st = steps[n.id]
+        toks = []
+        if j == len(st) - 1 or st[j + 1].band != st[j].band:
+            toks += sg.band_after.get((n.id, st[j].band), [])
+        if j == len(st) - 1:
+            toks += sg.tokens_after.get(n.id, [])
+        return toks
+
+    def ready(c: int) -> bool:
+        """Core c can run its next event: a step (its output row slot free: the row computed
+        out_rows steps earlier is sent), entering its next node, or ending its round."""
+        if done[c]:
+            return False
+        n = current(c)
+        if n is None:
+            return not pending[c] and waits_ok(c, sg.tokens_end.get(c, []))
+        j = k[c]
+        if j == len(steps[n.id]):
+            return True  # rows still to send stay in the node's persistent output rows
+        if pending[c] and n.id in plan.out_rows:
+            keep = plan.out_rows[n.id]
+            oy = steps[n.id][j].oy
+            if any(msg[0] is n and msg[2] <= oy - keep for msg in pending[c].values()):
+                return False
+        if not waits_ok(c, before(n, j)):
+            return False
+        if n.id not in need:
+            return True
+        nsrc = range(len(plan.sources[n.layer]))
+        return all(have[n.id, r, si] & m == m for r, m in need[n.id][j] for si in nsrc)
+
+    def slot_free(m: ComputeNode, r: int) -> bool:
+        """The persistent slot of row r of fed node m holds no row m still reads."""
+        d = m.core
+        at = pos[m.id]
+        if at < ni[d]:
+            return False
+        p = prev_in_slot[m.id, r]
+        return p < 0 or (at == ni[d] and last_use[m.id, p] < k[d])
+
+    def key(c: int) -> tuple[int, int]:
+        """The message slot core c is in: after step k of its current node, or the end of its
+        last node once all its nodes ran."""
+        n = current(c)
+        if n is None:
+            n = by_core[c][-1]
+            return (n.id, len(steps[n.id]))
+        return (n.id, k[c])
+
+    def push(when: float, what: str, cs: tuple[int, ...], arg=None) -> None:
+        nonlocal seq
+        seq += 1
+        # at equal times exchanges go first: they are short and free both cores
+        heapq.heappush(heap, (when, what == "step", seq, what, cs, tuple(ver[x] for x in cs), arg))
+
+    def offer(c: int) -> None:
+        """Push the events core c can take part in now. A step waits while one of the core's
+        messages can be exchanged before half the step would be done: the peer would otherwise
+        wait for the whole step (rendezvous)."""
+        soon = INF
+        for mid, (_, m, r, _, _, _) in pending[c].items():
+            if slot_free(m, r):
+                when = max(t[c], t[m.core], now)
+                soon = min(soon, when)
+                push(when, "xchg", (c, m.core), mid)
+        for p in inbound[c]:
+            for mid, (_, m, r, _, _, _) in pending[p].items():
+                if m.core == c and slot_free(m, r):
+                    when = max(t[p], t[c], now)
+                    soon = min(soon, when)
+                    push(when, "xchg", (p, c), mid)
+        if not ready(c):
+            return
+        n = current(c)
+        members = gang.get(n.id) if n is not None and k[c] < len(steps[n.id]) else None
+        if members is None:
+            cs = (c,)
+        elif all(current(m.core) is m and k[m.core] == k[c] and ready(m.core) for m in members):
+            cs = tuple(m.core for m in members)
+        else:
+            return
+        start = max(now, *(t[x] for x in cs))
+        if n is not None and k[c] < len(steps[n.id]):
+            s = steps[n.id][k[c]]
+            if soon < start + (s.pb - s.pa) * lane[n.id] / 2:
+                return
+        push(start, "step", cs)
+
+    def touch(c: int) -> None:
+        ver[c] += 1
+
+    def run(c: int, when: float, woke: set[int]) -> None:
+        n = current(c)
+        if n is None:
+            for tk in sg.tokens_end.get(c, []):
+                if tk.kind == "wait":
+                    ev[c][tk.event] -= tk.value
+            done[c] = True
+            return
+        j = k[c]
+        if j == len(steps[n.id]):
+            ni[c] += 1
+            k[c] = 0
+            woke.update(inbound[c])
+            return
+        for tk in before(n, j):
+            if tk.kind == "wait":
+                ev[c][tk.event] -= tk.value
+        s = steps[n.id][j]
+        t[c] = when + (s.pb - s.pa) * lane[n.id]
+        span = plan.timeline.setdefault(n.layer, [when, 0.0])
+        span[0], span[1] = min(span[0], when), max(span[1], t[c])
+        for tk in after(n, j):
+            if tk.kind == "sync":
+                reg = ev[tk.value]
+                reg[tk.event] = reg.get(tk.event, 0) + 1
+                woke.add(tk.value)
+        k[c] = j + 1
+        if plan.targets.get(n.id):
+            w = plan.width[n.layer]
+            seg = (1 << (s.pb - s.oy * w)) - (1 << (s.pa - s.oy * w))
+            for m, si in plan.targets[n.id]:
+                for a, b in _runs(seg & want.get((m.id, s.oy), 0)):
+                    nonlocal_mid[0] += 1
+                    pending[c][nonlocal_mid[0]] = (n, m, s.oy, a, b, si)
+                    inbound[m.core].add(c)
+                    woke.add(m.core)
+
+    nonlocal_mid = [0]
+    for c in cores:
+        for tk in sg.tokens_start.get(c, []):
+            if tk.kind == "sync":
+                reg = ev[tk.value]
+                reg[tk.event] = reg.get(tk.event, 0) + 1
+    for c in cores:
+        offer(c)
+    while heap:
+        when, _, _, what, cs, vs, mid = heapq.heappop(heap)
+        if any(ver[x] != v for x, v in zip(cs, vs)):
+            continue
+        now = max(now, when)
+        woke: set[int] = set(cs)
+        if what == "step":
+            for c in cs:
+                run(c, when, woke)
+                touch(c)
+        else:
+            p, d = cs
+            if mid not in pending[p]:
+                continue
+            n, m, r, x0, x1, si = pending[p].pop(mid)
+            sends, recvs = _message(sg, plan, n, m, plan.sources[m.layer][si], r, x0, x1)
+            comm.setdefault(key(p), []).extend(Comm(True, d, a, z) for a, z in sends)
+            comm.setdefault(key(d), []).extend(Comm(False, p, a, z) for a, z in recvs)
+            have[m.id, r, si] |= (1 << x1) - (1 << x0)
+            size = sum(z for _, z in sends)
+            t[p] = t[d] = when + (flits(arch, size) + len(sends) - 1) * link_latency_ns(arch, p, d)
+            if not any(msg[1].core == d for msg in pending[p].values()):
+                inbound[d].discard(p)
+            touch(p)
+            touch(d)
+        for x in woke:
+            if x in cs:
+                continue
+            touch(x)
+        extra = set()
+        for x in woke:
+            extra.update(inbound[x])
+            n = current(x)
+            if n is not None and n.id in gang:
+                extra.update(m.core for m in gang[n.id])
+        for x in woke | extra:
+            offer(x)
+    if not all(done.values()):
+        pairs = {(c, msg[1].core) for c in cores for msg in pending[c].values()}
+        if not pairs:  # blocked on rows not yet produced: every fed edge into a stuck core
+            stuck = {c for c in cores if not done[c]}
+            pairs = {
+                (p, n.core)
+                for n in sg.nodes
+                if n.core in stuck and plan.is_fed(n)
+                for p in plan.fed_by(n)
+            }
+        raise OrderStuck(pairs)
+    plan.estimated_ns = max(t.values(), default=0.0)
+    return comm
