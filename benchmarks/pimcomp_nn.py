@@ -13,8 +13,11 @@ in HT ("batch") mode and, when its LL scheduler accepts the network (`ll_name`),
 ("element") mode; our pimcomp plans the same case. layers.csv has one row per GEMM layer
 (replicas, array groups, crossbars, cores, same core for every AG); summary.csv one row per
 model x arch x method with the released evaluator's HT period and LL latency next to what our
-pimcomp programs give in our simulator (throughput mode, pipeline 4; latency mode), unless
---no-simulate. The released binary is never part of this repository: build it yourself (CMake,
+pimcomp programs give in our simulator (throughput mode, pipeline 4: N / deadline(N-1) and the
+steady-state (N-1) / (deadline(N-1) - deadline(0)), the quantity the released HT period measures;
+latency mode), unless
+--no-simulate, and the work both do per inference: MVMs (its evaluator's #MVMUL, our mvmul
+instructions) and global-memory bytes (its MEM volume, our ld + st bytes); tables.md both as markdown. The released binary is never part of this repository: build it yourself (CMake,
 g++; README, "pimcomp vs the released PIMCOMP-NN").
 """
 
@@ -44,9 +47,14 @@ SUMMARY = [
     "released_crossbars",
     "ours_ags",
     "released_ags",
+    "released_mvmul",
+    "ours_mvmul",
+    "released_mem_mb",
+    "ours_host_mb",
     "released_ht_period_ns",
     "released_ht_tput_ips",
     "ours_ht_tput_ips",
+    "ours_ht_steady_ips",
     "released_ll_latency_ms",
     "ours_ll_latency_ms",
     "released_ll_status",
@@ -61,8 +69,11 @@ def _g(x: float) -> str:
 
 
 def run_case(graph, onnx_model, model: str, arch_name: str, method: str, args, work: Path):
+    import numpy as np
+
     from raptor.arch import load_arch
     from raptor.compiler import compile_model
+    from raptor.isa.opcodes import Opcode
     from raptor.options import CompileOptions
     from raptor.pimcomp import plan_model
     from raptor.pimcomp.released import (
@@ -108,6 +119,8 @@ def run_case(graph, onnx_model, model: str, arch_name: str, method: str, args, w
             row[key] = sum(r[a] == r[b] for r in layers)
         row["same_cores"] = sum(r["same_cores"] == "yes" for r in layers)
         row["released_crossbars"], row["released_ags"] = rel.crossbars_needed, rel.ags_needed
+        row["released_mvmul"] = int(rel.totals.get("MVMUL", 0))
+        row["released_mem_mb"] = _g(rel.totals.get("MEM_bytes", 0) / 1e6)
         row["released_ht_period_ns"] = _g(rel.practical_ns)
         row["released_ht_tput_ips"] = _g(1e9 / rel.practical_ns)
         name = ll_name(mj)
@@ -135,11 +148,39 @@ def run_case(graph, onnx_model, model: str, arch_name: str, method: str, args, w
                 except Exception as e:  # noqa: BLE001 - reported in the row
                     row["error"] = f"{row.get('error', '')} ours {mode}: {e}".strip()
                     continue
-                if mode == "throughput":
+                if mode == "throughput":  # one round of the program = one inference
+                    row["ours_mvmul"] = sum(
+                        int((c["opcode"] == Opcode.MVMUL).sum()) for c in prog.cores
+                    )
+                    host = sum(
+                        int(c["generic3"][np.isin(c["opcode"], (Opcode.LD, Opcode.ST))].sum())
+                        for c in prog.cores
+                    )
+                    row["ours_host_mb"] = _g(host / 1e6)
                     row["ours_ht_tput_ips"] = _g(rep.throughput_per_s)
+                    d = rep.deadlines_ns  # steady state: the period after the pipeline filled
+                    row["ours_ht_steady_ips"] = _g((len(d) - 1) * 1e9 / (d[-1] - d[0]))
                 else:
                     row["ours_ll_latency_ms"] = _g(rep.latency_ns / 1e6)
     return row, layers
+
+
+def markdown(rows: list[dict], columns: list[str]) -> str:
+    """A markdown table of `columns` (the README's tables are pasted from these files)."""
+    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    out += ["| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def write_markdown(out_dir: Path, summary: list[dict], layers: list[dict]) -> None:
+    parts = ["# summary\n", markdown(summary, SUMMARY[:-2])]
+    for key in sorted({(r["model"], r["arch"], r["method"]) for r in layers}):
+        parts += [f"\n# {' '.join(key)}\n"]
+        rows = [r for r in layers if (r["model"], r["arch"], r["method"]) == key]
+        parts.append(markdown(rows, compare_fields()))
+    tmp = out_dir / ".tables.md.tmp"
+    tmp.write_text("".join(parts))
+    tmp.replace(out_dir / "tables.md")
 
 
 def compare_fields() -> list[str]:
@@ -194,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     write_csv(args.out_dir / "summary.csv", SUMMARY, summary)
                     write_csv(args.out_dir / "layers.csv", LAYERS + compare_fields(), layers)
-    print(f"wrote {args.out_dir}/summary.csv and layers.csv")
+    write_markdown(args.out_dir, summary, layers)
+    print(f"wrote {args.out_dir}/summary.csv, layers.csv and tables.md")
     return 0
 
 

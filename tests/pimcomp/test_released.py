@@ -135,7 +135,18 @@ def test_parse_mapping_and_evaluation():
         ("fc", 0, 1): (3, 64),
     }
     out = "x\npractical (ns)\n470023.00\nMVMUL (#)\n132500\nVVADD (#)\n7\nCOMM (#)\n3\n"
-    assert parse_evaluation(out) == (470023.0, {"MVMUL": 132500.0, "VVADD": 7.0, "COMM": 3.0})
+    out += "Volume (bytes)\n96\nCycles (ns)\n12\nMEM (#)\n5\nVolume (bytes)\n640\n"
+    assert parse_evaluation(out) == (
+        470023.0,
+        {
+            "MVMUL": 132500.0,
+            "VVADD": 7.0,
+            "COMM": 3.0,
+            "COMM_bytes": 96.0,
+            "MEM": 5.0,
+            "MEM_bytes": 640.0,
+        },
+    )
     with pytest.raises(ReleasedRunError, match="printed no evaluation"):
         parse_evaluation("Map Check Failed")
 

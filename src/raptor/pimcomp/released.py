@@ -308,6 +308,8 @@ def parse_evaluation(stdout: str) -> tuple[float, dict[str, float]]:
         if key in lines[i:]:
             j = lines.index(key, i)
             totals[key.split()[0]] = float(lines[j + 1])
+            if lines[j + 2 : j + 3] == ["Volume (bytes)"]:  # COMM and MEM: bytes moved
+                totals[key.split()[0] + "_bytes"] = float(lines[j + 3])
     return practical, totals
 
 
