@@ -172,8 +172,42 @@ def markdown(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
+def readme_rows(summary: list[dict]) -> list[dict]:
+    """The README's summary table: what agrees, then the work and the two cost models."""
+    out = []
+    for r in summary:
+        row = {"model": r["model"], "arch": r["arch"], "method": r["method"]}
+        key = "same replicas, AGs, crossbars, cores"
+        if r.get("status") == "ok":
+            n = r["gemm_layers"]
+            same = [r[k] for k in ("same_replicas", "same_ags", "same_crossbars", "same_cores")]
+            row[key] = (
+                f"all {n} layers" if set(same) == {n} else " / ".join(f"{x}/{n}" for x in same)
+            )
+        else:
+            why = r.get("error", "").split(": ", 1)[-1].split(".")[0]
+            row[key] = f"{r.get('status', '')}: {why}"
+        for k in ("crossbars", "ags", "mvmul"):
+            a, b = r.get(f"ours_{k}", ""), r.get(f"released_{k}") or "-"
+            row[{"ags": "AGs", "mvmul": "MVMs"}.get(k, k)] = f"{a}" if a == b else f"{a} / {b}"
+        its = r.get("released_mem_mb") or "-"
+        row["global MB its / ours"] = f"{its} / {r.get('ours_host_mb', '')}"
+        its = r.get("released_ht_tput_ips") or "-"
+        row["HT /s its / ours p4 (steady)"] = (
+            f"{its} / {r.get('ours_ht_tput_ips', '')} ({r.get('ours_ht_steady_ips', '')})"
+        )
+        ll = r.get("released_ll_latency_ms") or "-"
+        if r.get("released_ll_status") not in ("PASS", "", None):
+            ll = f"{ll} ({r['released_ll_status']})" if ll != "-" else r["released_ll_status"]
+        row["LL ms its / ours"] = f"{ll} / {r.get('ours_ll_latency_ms', '')}"
+        out.append(row)
+    return out
+
+
 def write_markdown(out_dir: Path, summary: list[dict], layers: list[dict]) -> None:
-    parts = ["# summary\n", markdown(summary, SUMMARY[:-2])]
+    rows = readme_rows(summary)
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    parts = ["# summary\n", markdown(rows, cols)]
     for key in sorted({(r["model"], r["arch"], r["method"]) for r in layers}):
         parts += [f"\n# {' '.join(key)}\n"]
         rows = [r for r in layers if (r["model"], r["arch"], r["method"]) == key]

@@ -1,7 +1,7 @@
 """Weight replication (released PIMCOMP `WeightReplication.cpp`): balance, W0H0, uniform.
 
-FC layers (the graph's Gemm nodes, `fc`) always get one replica, and their crossbars are reserved
-first; every conv is a conv, even one with a single output window. Budgets are physical
+FC layers (the graph's Gemm nodes, `fc_layers`) always get one replica, and their crossbars are
+reserved first; a conv is a conv even with a single output window. Budgets are physical
 crossbars of the chip (`arch.total_crossbars`), which equal the released code's logical ones
 when its crossbar is as wide as ours in weights; a conv's cost is the crossbars of one replica.
 A conv never gets more replicas than it has output windows (capped after the method, as the
