@@ -3,6 +3,7 @@ of the HT and LL schedules against onnxruntime at small sizes."""
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ from raptor.models import build_model
 from raptor.options import CompileOptions
 from raptor.pimcomp.mapping import core_lists, first_fit
 from raptor.pimcomp.partition import ArrayGroup, column_parts, replica_ags
-from raptor.pimcomp.replication import balance, uniform, w0h0
+from raptor.pimcomp.replication import _StdMaxHeap, balance, uniform, w0h0
 from raptor.sim import simulate
 from raptor.spatial.ir import Layer, LayerKind, TensorView
 from raptor.validation.compare import compare_outputs
@@ -62,9 +63,32 @@ def test_partition_row_tiles_and_agp():
 
 
 def test_balance_by_hand():
-    # budget 64 - 2 (FC) = 62, stop at <= 31; heap on ceil(windows / r), ties to the lower index:
-    # L0 16->8->6->4, tie 4/4 -> L0 (4), L0 -> 3, L1 4 -> 2 (budget 32), L0 3 -> rep 7 (28): stop
+    # budget 64 - 2 (FC) = 62, stop at <= 31; heap on ceil(windows / r) with std::priority_queue's
+    # tie order: L0 16->8->6->4 (budget 50); the tie 4/4 goes to L1 (at the heap's top since L0
+    # was pushed below it): L1 -> 2 (40); L0 4 -> 4 (rep 5), -> 3 (rep 6), -> 3 (rep 7, 28): stop
     assert balance(TINY, _net()) == {0: 7, 1: 2, 2: 1}
+
+
+def test_balance_tie_order_is_std_priority_queue():
+    # libstdc++'s std::priority_queue pops equal keys in heap order, not by index: pushing four
+    # keys of 8 then popping gives 0, 2, 1, 3 (checked with a C++ program); so does ours
+    heap = _StdMaxHeap()
+    for i in range(4):
+        heap.push((8, i))
+    assert [heap.pop()[1] for _ in range(4)] == [0, 2, 1, 3]
+    # four convs of 8 windows and 1 crossbar, FC of 4 on one core of 8: budget 4, stop at <= 2,
+    # so two copies go out: to L0, then (after pushing L0 back at 4) to L2, not L1
+    net = [_gemm(i, 27, 16, 2) for i in range(4)] + [_gemm(4, 512, 10, 1)]
+    one_core = replace(TINY, cores_per_chip=1, core_layout=(1, 1))
+    assert balance(one_core, net) == {0: 2, 1: 1, 2: 2, 3: 1, 4: 1}
+
+
+def test_conv_with_one_window_is_a_conv():
+    # a conv whose output is 1x1 stays a conv (released: by op type), so it is in the heap and in
+    # the uniform count; without `fc_layers` a one-pixel GEMM counts as FC
+    net = [_gemm(0, 27, 16, 4), _gemm(1, 576, 32, 1), _gemm(2, 256, 10, 1)]  # 1, 10, 2 xb
+    assert uniform(TINY, net) == {0: 16, 1: 1, 2: 1}  # floor((64 - 12) / 1 / 1.2) = 43, cap 16
+    assert uniform(TINY, net, fc_layers={2}) == {0: 4, 1: 1, 2: 1}  # floor(62 / 11 / 1.2) = 4
 
 
 def test_w0h0_and_uniform_by_hand():

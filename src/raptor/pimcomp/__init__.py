@@ -56,7 +56,9 @@ def plan_model(graph: Graph, arch: Arch, opts: CompileOptions, times: dict) -> P
         return out
 
     sg = timed("spatial-layers", _spatial, graph, arch)
-    reps = timed("replication", replicate, arch, sg.layers, opts.replication)
+    gemm = {n.name for n in graph.nodes if n.op == "Gemm"}
+    fc = {ly.index for ly in sg.layers if ly.kind == LayerKind.GEMM and ly.name in gemm}
+    reps = timed("replication", replicate, arch, sg.layers, opts.replication, False, fc)
     ags = timed("partition", partition, arch, sg.layers, reps)
     try:
         ags = timed("first-fit-mapping", first_fit, arch, ags)
@@ -65,7 +67,7 @@ def plan_model(graph: Graph, arch: Arch, opts: CompileOptions, times: dict) -> P
             raise
         # the released rule leaves first copies uncharged and can over-fill the chip: retry
         # with them charged (README: differences from the released code)
-        reps = timed("replication", replicate, arch, sg.layers, "balance", True)
+        reps = timed("replication", replicate, arch, sg.layers, "balance", True, fc)
         ags = timed("partition", partition, arch, sg.layers, reps)
         ags = timed("first-fit-mapping", first_fit, arch, ags)
     address, host_bytes = host_layout(sg)
