@@ -91,6 +91,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.engine == "pimsim-nn":
         from raptor.sim.pimsim_engine import run_pimsim
 
+        if args.trace:
+            raise RaptorError("--trace needs our simulator (--engine ours)")
+
         report = run_pimsim(
             args.dir,
             load_arch(args.arch),
@@ -102,10 +105,23 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         return 0
     from raptor.sim import simulate_dir
 
+    if args.trace and not args.trace.endswith(".json"):
+        raise RaptorError(f"--trace {args.trace}: the trace file name must end in .json")
     report = simulate_dir(
-        args.dir, load_arch(args.arch), mode=args.mode, pipeline=args.pipeline, inputs=args.inputs
+        args.dir,
+        load_arch(args.arch),
+        mode=args.mode,
+        pipeline=args.pipeline,
+        inputs=args.inputs,
+        trace=bool(args.trace),
     )
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.format())
+    if args.trace:
+        from raptor.sim.trace import save_trace
+
+        print(
+            save_trace(report, args.dir, args.trace), file=sys.stderr if args.json else sys.stdout
+        )
     return 0
 
 
@@ -215,6 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="our simulator (values and timing) or pimsim-nn's ChipTest (timing only)",
     )
     sp.add_argument("--pimsim-bin", default=None, help="ChipTest binary (default: $PIMSIM_NN_BIN)")
+    sp.add_argument(
+        "--trace",
+        default=None,
+        metavar="FILE.json",
+        help="write a Perfetto / chrome://tracing timeline (and FILE.png, a cores x time heat map)",
+    )
     sp.set_defaults(func=_cmd_simulate)
 
     vp = sub.add_parser("validate", help="simulate and compare against onnxruntime")

@@ -14,6 +14,7 @@ from raptor.isa.pimdir import PimProgram, read_pimdir
 from raptor.sim.engine import Engine
 from raptor.sim.memory import HostMemory
 from raptor.sim.report import CoreStats, SimReport
+from raptor.sim.trace import TraceRecorder, layer_bounds
 
 __all__ = [
     "SimReport",
@@ -74,9 +75,11 @@ def simulate(
     mode: str = "latency",
     pipeline: int = 1,
     inputs: list[dict[str, np.ndarray]] | None = None,
+    trace: bool = False,
 ) -> SimReport:
     """Run prog on arch. Latency mode runs every core once; throughput mode runs every non-empty
-    core's program `pipeline` times, streaming input r to round r (docs/pim-format.md)."""
+    core's program `pipeline` times, streaming input r to round r (docs/pim-format.md). With
+    trace, the report's `trace` holds the run's TraceRecorder (raptor.sim.trace)."""
     if mode not in ("latency", "throughput"):
         raise SimulationError(f"unknown simulation mode {mode!r}")
     rounds = 1 if mode == "latency" else max(1, int(pipeline or 1))
@@ -107,7 +110,8 @@ def simulate(
     host = HostMemory(prog.memory, eb, in_regions, out_regions, rounds)
 
     t0 = time.perf_counter()
-    eng = Engine(prog, arch, rounds, host)
+    recorder = TraceRecorder(layer_bounds(meta, prog.core_cnt)) if trace else None
+    eng = Engine(prog, arch, rounds, host, trace=recorder)
     eng.run()
     wall = time.perf_counter() - t0
 
@@ -142,6 +146,7 @@ def simulate(
         cores_used=len(used),
         inter_chip_bytes=int(eng.noc.inter_chip_bytes),
         inter_chip_energy_pj=float(eng.noc.inter_chip_energy_pj),
+        trace=recorder,
     )
 
 
@@ -174,6 +179,7 @@ def simulate_dir(
     mode: str = "latency",
     pipeline: int | None = None,
     inputs: list[dict[str, np.ndarray]] | str | Path | None = None,
+    trace: bool = False,
 ) -> SimReport:
     """Simulate a pim/ directory (or its parent). pipeline None: the program's own (config.json
     `raptor.pipeline`, else 4) in throughput mode; inputs None: seeded random inputs; a path: .npz."""
@@ -182,4 +188,4 @@ def simulate_dir(
         pipeline = int(prog.meta.get("pipeline", 4)) if mode == "throughput" else 1
     if isinstance(inputs, (str, Path)):
         inputs = load_inputs(inputs)
-    return simulate(prog, arch, mode=mode, pipeline=pipeline, inputs=inputs)
+    return simulate(prog, arch, mode=mode, pipeline=pipeline, inputs=inputs, trace=trace)

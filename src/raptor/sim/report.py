@@ -61,6 +61,7 @@ class SimReport:
     cores_used: int = 0
     inter_chip_bytes: int = 0  # NoC bytes that crossed chips (core<->core and core<->global memory)
     inter_chip_energy_pj: float = 0.0  # the inter-chip link share of the NoC energy
+    trace: Any = None  # traced runs: the raptor.sim.trace.TraceRecorder (not in to_dict)
 
     @property
     def instructions_per_s(self) -> float:

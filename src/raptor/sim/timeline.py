@@ -1,0 +1,125 @@
+"""The timeline heat map of a traced simulation: cores x time, each cell coloured by what the core
+spent most of that time bin doing (matrix, vector, transfer, memory, one of the three stalls, or
+idle), so one look shows the pipeline filling, the layers moving across the chip and where cores
+wait."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from raptor.sim.trace import KIND_CATEGORY, TRACK_STRIDE
+
+CLASSES = (
+    "matrix",
+    "vector",
+    "transfer",
+    "memory",
+    "sync stall",
+    "recv stall",
+    "memory stall",
+    "idle",
+)
+COLORS = (
+    "#1f77b4",  # matrix
+    "#2ca02c",  # vector
+    "#9467bd",  # transfer
+    "#8c564b",  # memory
+    "#d62728",  # sync stall
+    "#ff7f0e",  # recv stall
+    "#e377c2",  # memory stall
+    "#f2f2f2",  # idle
+)
+_KIND_CLASS = np.array([CLASSES.index(c) for c in KIND_CATEGORY])
+
+
+def occupancy(
+    slices: np.ndarray, cores: list[int], end_ns: float, bins: int
+) -> tuple[np.ndarray, float]:
+    """ns spent per (core row, time bin, class): array (len(cores), bins, len(CLASSES)) and the
+    bin width. Idle is what no slice covers."""
+    width = max(end_ns, 1.0) / bins
+    row = {c: i for i, c in enumerate(cores)}
+    occ = np.zeros((len(cores), bins, len(CLASSES)))
+    diff = np.zeros((len(cores), bins + 1, len(CLASSES)))
+    core = slices["track"] % TRACK_STRIDE
+    keep = np.isin(core, cores)
+    s, e = slices["start"][keep], slices["end"][keep]
+    r = np.array([row[int(c)] for c in core[keep]], dtype=np.int64)
+    k = _KIND_CLASS[slices["kind"][keep]]
+    b0 = np.minimum((s / width).astype(np.int64), bins - 1)
+    b1 = np.minimum((e / width).astype(np.int64), bins - 1)
+    same = b0 == b1
+    np.add.at(occ, (r[same], b0[same], k[same]), (e - s)[same])
+    m = ~same
+    np.add.at(occ, (r[m], b0[m], k[m]), ((b0[m] + 1) * width - s[m]))
+    np.add.at(occ, (r[m], b1[m], k[m]), (e[m] - b1[m] * width))
+    np.add.at(diff, (r[m], b0[m] + 1, k[m]), width)
+    np.add.at(diff, (r[m], b1[m], k[m]), -width)
+    occ += np.cumsum(diff, axis=1)[:, :bins, :]
+    # with rob_size > 1 a core's tracks overlap: count each class at most once per bin
+    np.minimum(occ, width, out=occ)
+    busy = occ[:, :, :-1].sum(axis=2)
+    occ[:, :, -1] = np.maximum(0.0, width - busy)
+    return occ, width
+
+
+def timeline_png(report, path: str | Path, title: str = "", bins: int = 1000) -> Path:
+    """Write the heat map of a traced SimReport as a PNG (atomically)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    from raptor.suite.charts import save_figure
+
+    slices = report.trace.arrays()
+    cores = [c.core for c in report.per_core if c.instructions]
+    end = max(report.deadlines_ns) if report.deadlines_ns else 0.0
+    occ, width = occupancy(slices, cores, end, bins)
+    cls = occ.argmax(axis=2)
+    height = min(12.0, 2.0 + 0.045 * len(cores))
+    fig, ax = plt.subplots(figsize=(13, height))
+    ax.imshow(
+        cls,
+        aspect="auto",
+        interpolation="nearest",
+        cmap=ListedColormap(COLORS),
+        vmin=-0.5,
+        vmax=len(CLASSES) - 0.5,
+        extent=(0, end / 1e6, len(cores) - 0.5, -0.5),
+    )
+    if report.mode == "throughput":
+        for r, d in enumerate(report.deadlines_ns):
+            ax.axvline(d / 1e6, color="black", lw=0.8, ls="--")
+            ax.text(d / 1e6, -0.5, f" input {r}", va="bottom", ha="right", fontsize=7)
+    ax.set_xlabel("simulated time (ms)")
+    ax.set_ylabel(f"core ({len(cores)} with a program, in id order)")
+    ticks = np.linspace(0, len(cores) - 1, min(len(cores), 12)).round().astype(int)
+    ax.set_yticks(ticks)
+    ax.set_yticklabels([str(cores[i]) for i in ticks])
+    share = occ.sum(axis=(0, 1))
+    share = share / max(share.sum(), 1e-30)
+    ax.legend(
+        handles=[
+            Patch(color=COLORS[i], label=f"{c} {100 * share[i]:.1f}%")
+            for i, c in enumerate(CLASSES)
+        ],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.08),
+        ncol=len(CLASSES),
+        fontsize=8,
+        frameon=False,
+    )
+    ax.set_title(
+        (title + "\n" if title else "")
+        + f"what each core does ({report.mode}, latency {report.latency_ns / 1e6:.3f} ms; "
+        f"bin {width / 1e3:.1f} us, coloured by its largest share)",
+        fontsize=10,
+    )
+    path = Path(path)
+    save_figure(fig, path)
+    return path
