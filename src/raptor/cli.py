@@ -32,6 +32,12 @@ def _cmd_arch_export_pimsim(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    if args.layers:
+        from raptor.sim.layers import case_layers, format_layer_rows
+
+        rows, title = case_layers(args.dir)
+        print(json.dumps(rows, indent=2) if args.json else format_layer_rows(rows, title))
+        return 0
     from raptor.isa.inspect import inspect_pimdir
 
     summary = inspect_pimdir(args.dir)
@@ -117,11 +123,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     )
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.format())
     if args.trace:
+        from raptor.isa.pimdir import read_config
+        from raptor.sim import find_pimdir
         from raptor.sim.trace import save_trace
 
-        print(
-            save_trace(report, args.dir, args.trace), file=sys.stderr if args.json else sys.stdout
-        )
+        meta = read_config(find_pimdir(args.dir)).get("raptor", {})
+        print(save_trace(report, meta, args.trace), file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -174,6 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
     ins = sub.add_parser("inspect", help="summarise a pim/ directory (either instruction format)")
     ins.add_argument("dir")
     ins.add_argument("--json", action="store_true")
+    ins.add_argument(
+        "--layers",
+        action="store_true",
+        help="per-layer table of a compiled case directory: the plan (replicas, cores, estimated "
+        "ns) joined with measured busy/stall time (simulates once, writes DIR/layers.json)",
+    )
     ins.set_defaults(func=_cmd_inspect)
 
     models = sub.add_parser("models", help="the model suite").add_subparsers(

@@ -411,20 +411,15 @@ def _other(report, meta: dict) -> dict[str, Any]:
     }
 
 
-def save_trace(report, pimdir: str | Path, path: str | Path) -> str:
-    """Write FILE.json (trace events) and FILE.png (heat map, raptor.sim.timeline) of a traced
-    run of `pimdir`; returns a one-line summary."""
-    from raptor.isa.pimdir import read_config
-    from raptor.sim import find_pimdir
+def save_trace(report, meta: dict, path: str | Path, png: str | Path | None = None) -> str:
+    """Write the trace JSON of a traced run to `path` and its heat map (raptor.sim.timeline) to
+    `png` (default: `path` with .png); returns a one-line summary."""
     from raptor.sim.timeline import timeline_png
 
     path = Path(path)
-    if path.suffix != ".json":
-        raise ValueError(f"trace file {path} must end in .json")
-    meta = read_config(find_pimdir(pimdir)).get("raptor", {})
     title = f"{meta.get('compiler', '')} {meta.get('arch', '')} {report.mode}".strip()
     s = write_chrome_trace(report, meta, path, title)
-    png = timeline_png(report, path.with_suffix(".png"), title)
+    png = timeline_png(report, Path(png) if png else path.with_suffix(".png"), title)
     return (
         f"trace: {path} ({s['bytes'] / 1e6:.1f} MB, {s['slices']} slices, {s['flows']} flows"
         f"{', capped' if s['capped'] else ''}), heat map: {png}"
