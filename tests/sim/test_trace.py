@@ -11,12 +11,8 @@ import numpy as np
 import pytest
 from simprog import arch_with, mvmul, program, setbw, sldi
 
-from raptor.arch import load_arch
 from raptor.cli import main
-from raptor.compiler import compile_to_dir
-from raptor.isa.pimdir import read_config, read_pimdir
-from raptor.models import save_model
-from raptor.options import CompileOptions
+from raptor.isa.pimdir import read_config
 from raptor.sim import simulate
 from raptor.sim import trace as trace_mod
 from raptor.sim.report import CoreStats
@@ -39,17 +35,6 @@ COUNTERS = (
 )
 STALLS = {"sync stall": "stall_sync_ns", "recv stall": "stall_recv_ns"}
 STALLS["memory stall"] = "stall_memory_ns"
-
-
-@pytest.fixture(scope="module")
-def vgg8_tp(tmp_path_factory):
-    """vgg8 at 16x16 on arch-a, throughput pipeline 2 (send/recv, sync/wait, ld/st, rounds)."""
-    d = tmp_path_factory.mktemp("vgg8")
-    model = save_model("vgg8", d / "vgg8.onnx", input_size=16)
-    arch = load_arch("arch-a")
-    compile_to_dir(model, arch, CompileOptions(mode="throughput", pipeline=2), d / "out")
-    prog = read_pimdir(d / "out" / "pim")
-    return d, arch, prog, simulate(prog, arch, mode="throughput", pipeline=2, trace=True)
 
 
 def validate_trace_events(doc: dict) -> list[dict]:

@@ -1,0 +1,86 @@
+"""Per-layer figures: the plan joined with what the traced simulation measured per layer."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from raptor.cli import main
+from raptor.errors import SimulationError
+from raptor.sim.layers import format_layer_rows, layer_rows
+from raptor.sim.trace import KIND_COUNTER, slice_layers
+
+BUSY = ("matrix_busy_ns", "vector_busy_ns", "transfer_busy_ns")
+
+
+def _report(d):
+    return json.loads((d / "out" / "compile_report.json").read_text())
+
+
+def test_layer_busy_time_adds_up_to_the_cores_busy_time(vgg8_tp):
+    d, _, prog, rep = vgg8_tp
+    rows = layer_rows(rep, prog.meta, _report(d))
+    assert [r["layer"] for r in rows] == prog.meta["layer_spans"]["layers"]
+    s = rep.trace.arrays()
+    lay = slice_layers(s, prog.meta, prog.core_cnt)
+    busy = np.array([KIND_COUNTER[k] in BUSY for k in s["kind"]])
+    outside = float(s["busy"][busy & (lay < 0)].sum())  # start/end-of-round tokens
+    total = sum(getattr(c, k) for c in rep.per_core for k in BUSY)
+    assert sum(r["busy_ns"] for r in rows) * rep.pipeline + outside == pytest.approx(total, 1e-12)
+    stalls = sum(c.stall_ns for c in rep.per_core)
+    assert sum(r["stall_ns"] for r in rows) * rep.pipeline <= stalls
+    for r in rows:
+        assert 0 < r["busy_max_core_ns"] <= r["busy_ns"]
+        assert 0 <= r["start_ns"] < r["end_ns"] <= rep.deadlines_ns[-1]
+
+
+def test_layer_rows_join_the_plan(vgg8_tp):
+    d, _, prog, rep = vgg8_tp
+    plan = _report(d)
+    rows = {r["layer"]: r for r in layer_rows(rep, prog.meta, plan)}
+    for name, n in plan["replication"].items():
+        assert rows[name]["replicas"] == n
+    for name, cores in plan["layer_cores"].items():
+        assert rows[name]["cores"] == len(cores)
+    for name, est in plan["estimated_layer_ns"].items():
+        assert rows[name]["estimated_ns"] == est
+    # a conv's measured time on its busiest core is close to the planner's estimate of its node
+    conv = rows["features.conv1"]
+    assert 0.8 < conv["busy_max_core_ns"] / conv["estimated_ns"] < 1.25
+
+
+def test_table_marks_the_bottleneck():
+    rows = [
+        dict(layer="a", replicas=2, cores=2, estimated_ns=1e3, busy_max_core_ns=2e3, busy_ns=4e3,
+             stall_ns=0.0, start_ns=0.0, end_ns=3e3),
+        dict(layer="b", replicas=None, cores=1, estimated_ns=None, busy_max_core_ns=5e3,
+             busy_ns=5e3, stall_ns=1e3, start_ns=1e3, end_ns=9e3),
+    ]  # fmt: skip
+    lines = format_layer_rows(rows).splitlines()
+    assert lines[1].split() == ["a", "2", "2", "1.0", "2.0", "4.0", "0.0", "0.0..3.0"]
+    assert lines[2].split() == [
+        "b",
+        "-",
+        "1",
+        "-",
+        "5.0",
+        "5.0",
+        "1.0",
+        "1.0..9.0",
+        "<-",
+        "bottleneck",
+    ]
+
+
+def test_programs_without_layer_spans_are_refused(vgg8_tp, tmp_path, capsys):
+    _, _, prog, rep = vgg8_tp
+    meta = {k: v for k, v in prog.meta.items() if k != "layer_spans"} | {"compiler": "pimcomp"}
+    with pytest.raises(SimulationError, match="compiled by pimcomp"):
+        layer_rows(rep, meta, {})
+    assert main(["inspect", str(tmp_path), "--layers"]) == 2
+    assert capsys.readouterr().err == (
+        f"raptor: error: {tmp_path}: --layers needs a compiled case directory "
+        "(pim/ and compile_report.json)\n"
+    )
