@@ -40,24 +40,29 @@ def occupancy(
     """ns spent per (core row, time bin, class): array (len(cores), bins, len(CLASSES)) and the
     bin width. Idle is what no slice covers."""
     width = max(end_ns, 1.0) / bins
-    row = {c: i for i, c in enumerate(cores)}
-    occ = np.zeros((len(cores), bins, len(CLASSES)))
-    diff = np.zeros((len(cores), bins + 1, len(CLASSES)))
+    nk = len(CLASSES)
     core = slices["track"] % TRACK_STRIDE
     keep = np.isin(core, cores)
     s, e = slices["start"][keep], slices["end"][keep]
-    r = np.array([row[int(c)] for c in core[keep]], dtype=np.int64)
+    lookup = np.zeros(int(core.max(initial=0)) + 1, dtype=np.int64)
+    lookup[np.asarray(cores, dtype=np.int64)] = np.arange(len(cores))
+    r = lookup[core[keep]]
     k = _KIND_CLASS[slices["kind"][keep]]
     b0 = np.minimum((s / width).astype(np.int64), bins - 1)
     b1 = np.minimum((e / width).astype(np.int64), bins - 1)
     same = b0 == b1
-    np.add.at(occ, (r[same], b0[same], k[same]), (e - s)[same])
+    # partial bins go straight into occ, whole bins through a difference array along time
+    idx = np.concatenate([(r * bins + b0) * nk + k, ((r * bins + b1) * nk + k)[~same]])
+    val = np.concatenate([np.where(same, e - s, (b0 + 1) * width - s), (e - b1 * width)[~same]])
+    size = len(cores) * bins * nk
+    occ = np.bincount(idx, weights=val, minlength=size).reshape(len(cores), bins, nk)
     m = ~same
-    np.add.at(occ, (r[m], b0[m], k[m]), ((b0[m] + 1) * width - s[m]))
-    np.add.at(occ, (r[m], b1[m], k[m]), (e[m] - b1[m] * width))
-    np.add.at(diff, (r[m], b0[m] + 1, k[m]), width)
-    np.add.at(diff, (r[m], b1[m], k[m]), -width)
-    occ += np.cumsum(diff, axis=1)[:, :bins, :]
+    didx = np.concatenate(
+        [(r[m] * (bins + 1) + b0[m] + 1) * nk + k[m], (r[m] * (bins + 1) + b1[m]) * nk + k[m]]
+    )
+    dval = np.concatenate([np.full(m.sum(), width), np.full(m.sum(), -width)])
+    diff = np.bincount(didx, weights=dval, minlength=len(cores) * (bins + 1) * nk)
+    occ += np.cumsum(diff.reshape(len(cores), bins + 1, nk), axis=1)[:, :bins, :]
     # with rob_size > 1 a core's tracks overlap: count each class at most once per bin
     np.minimum(occ, width, out=occ)
     busy = occ[:, :, :-1].sum(axis=2)

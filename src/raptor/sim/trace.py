@@ -133,6 +133,7 @@ class TraceRecorder:
         self.open: dict[int, list] = {}
         # per core: sorted pcs where a new layer span starts (merging never crosses one)
         self.bounds = layer_bounds or []
+        self._arrays: np.ndarray | None = None
 
     def _segment_end(self, core: int, pc: int) -> int:
         if core >= len(self.bounds):
@@ -187,9 +188,16 @@ class TraceRecorder:
         self.open.clear()
 
     def arrays(self) -> np.ndarray:
-        """The slices as a structured array (SLICE_DTYPE), sorted by track and start."""
-        a = np.array(self.slices, dtype=SLICE_DTYPE) if self.slices else np.zeros(0, SLICE_DTYPE)
-        return a[np.lexsort((a["start"], a["track"]))]
+        """The slices as a structured array (SLICE_DTYPE), sorted by track and start (built once
+        the run has finished, then cached)."""
+        if self._arrays is None or len(self._arrays) != len(self.slices):
+            a = (
+                np.array(self.slices, dtype=SLICE_DTYPE)
+                if self.slices
+                else np.zeros(0, SLICE_DTYPE)
+            )
+            self._arrays = a[np.lexsort((a["start"], a["track"]))]
+        return self._arrays
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,7 +334,7 @@ def chrome_trace_events(report, meta: dict, title: str = "") -> tuple[list[str],
             args += f',"layer":{layer_json[ly]}'
         ev.append(
             f'{{"ph":"X","pid":1,"tid":{track},"name":"{name}","cat":"{kind_cat[kind]}",'
-            f'"ts":{_us(start)},"dur":{_us(end - start)},"args":{{"count":{count},"pc":{pc},{args}}}}}'
+            f'"ts":{start / 1e3:.3f},"dur":{(end - start) / 1e3:.3f},"args":{{"count":{count},"pc":{pc},{args}}}}}'
         )
     for i, (kind, src, src_ns, dst, dst_ns) in enumerate(tr.flows):
         name = "send->recv" if kind == FLOW_SEND else "sync->wait"
