@@ -140,7 +140,7 @@ def test_slices_never_overlap_and_flows_bind_to_slices(vgg8_tp):
     def inside(tid: int, t: int) -> bool:
         spans = by_tid[tid]
         i = np.searchsorted([s for s, _ in spans], t, side="right") - 1
-        return i >= 0 and spans[i][0] <= t <= spans[i][1]
+        return i >= 0 and spans[i][0] <= t < spans[i][1]  # never on a slice's end
 
     ends = {}
     for e in events:

@@ -65,6 +65,7 @@ from raptor.sim.trace import (
     VECTOR,
     WAIT,
     TraceRecorder,
+    inside,
     track_id,
 )
 from raptor.sim.transfer import Noc
@@ -375,8 +376,8 @@ class Engine:
         if d.blocked == "wait" and d.pend[0] == ev and d.ev[ev] >= d.pend[1]:
             d.ev[ev] -= d.pend[1]
             if self.trace is not None:
-                mid = (d.tf + self.now) / 2
-                self.trace.flow(FLOW_SYNC, src, t_sync + self.period / 2, d.id, mid)
+                tk = src if self.cores[src].rob is None else track_id(src, SUB_TRANSFER)
+                self.trace.flow(FLOW_SYNC, tk, t_sync, d.id, inside(d.tf, self.now))
             self._resume(d, d.tf, self.now, self.now - d.tf, "sync")
 
     def _sender_ready(self, rcv: int, snd: int, t: float) -> None:
@@ -417,13 +418,13 @@ class Engine:
         recv_end = a3 + wr
         s_stall = max(0.0, t - s_start - 2 * lat)
         r_stall = max(0.0, recv_end - r_start - rd - wr - data_ns - 2 * lat)
-        if self.trace is not None:  # from the middle of the send's busy part to the recv's
+        if self.trace is not None:  # from inside the send's busy part to inside the recv's
             self.trace.flow(
                 FLOW_SEND,
                 snd.id,
-                (s_start + s_stall + r_end) / 2,
+                inside(s_start + s_stall, r_end),
                 rcv.id,
-                (r_start + r_stall + recv_end) / 2,
+                inside(r_start + r_stall, recv_end),
             )
         self._resume(snd, s_start, r_end, s_stall, "recv")
         self._resume(rcv, r_start, recv_end, r_stall, "recv")

@@ -12,7 +12,8 @@ turned into numpy arrays by `TraceRecorder.arrays()`:
   those instructions; `end - start` also covers the dispatch and retire cycles between them.
   Stalls are their own slices (kinds STALL_*), with `busy_ns` the stall the engine counts.
 * flows `(kind, src_track, src_ns, dst_track, dst_ns)`: send -> recv (every rendezvous) and
-  sync -> wait (the sync that released a blocked wait).
+  sync -> wait (the sync that released a blocked wait). Each end lies inside its slice: the
+  start of a 1-ns sync, else whole ns strictly inside (`inside`), so a viewer binds it there.
 * counters: global-memory requests `(arrival, served)` and NoC messages `(start, arrival, bytes)`.
 
 Tracks: with rob_size 1 a core is one track (track id = core id). With rob_size > 1 each core has
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,11 @@ SLICE_DTYPE = np.dtype(
 # busy figures stay exact), and counters are resampled to at most MAX_COUNTER_POINTS points.
 MAX_SLICES = 2_000_000
 MAX_COUNTER_POINTS = 20_000
+
+
+def inside(start: float, end: float) -> float:
+    """A time in [start, end) at least 1 ns from both ends when the span allows (flow ends)."""
+    return start + math.floor((end - start) / 2)
 
 
 def layer_bounds(meta: dict, core_cnt: int) -> list[list[int]]:
@@ -278,7 +285,7 @@ def _step_counter(times: np.ndarray, deltas: np.ndarray) -> tuple[np.ndarray, np
 
 def _us(ns: float) -> str:
     """Microseconds with nanosecond resolution (trace-event timestamps are in us)."""
-    return f"{ns / 1000.0:.3f}"
+    return f"{round(ns) / 1000.0:.3f}"
 
 
 def chrome_trace_events(report, meta: dict, title: str = "") -> tuple[list[str], dict]:
@@ -322,7 +329,10 @@ def chrome_trace_events(report, meta: dict, title: str = "") -> tuple[list[str],
         )
     kind_names = KIND_NAMES + ("compute",)
     kind_cat = KIND_CATEGORY + ("compute",)
-    for i, (track, kind, start, end, count, busy, pc) in enumerate(slices.tolist()):
+    # whole ns on a shared grid, so adjacent slices never overlap after rounding
+    t0 = np.round(slices["start"]).astype(np.int64).tolist()
+    t1 = np.round(slices["end"]).astype(np.int64).tolist()
+    for i, (track, kind, _, _, count, busy, pc) in enumerate(slices.tolist()):
         name = kind_names[kind] if count == 1 else f"{kind_names[kind]} x{count}"
         bd = breakdown[i]
         if bd is None:
@@ -334,7 +344,7 @@ def chrome_trace_events(report, meta: dict, title: str = "") -> tuple[list[str],
             args += f',"layer":{layer_json[ly]}'
         ev.append(
             f'{{"ph":"X","pid":1,"tid":{track},"name":"{name}","cat":"{kind_cat[kind]}",'
-            f'"ts":{start / 1e3:.3f},"dur":{(end - start) / 1e3:.3f},"args":{{"count":{count},"pc":{pc},{args}}}}}'
+            f'"ts":{t0[i] / 1e3:.3f},"dur":{(t1[i] - t0[i]) / 1e3:.3f},"args":{{"count":{count},"pc":{pc},{args}}}}}'
         )
     for i, (kind, src, src_ns, dst, dst_ns) in enumerate(tr.flows):
         name = "send->recv" if kind == FLOW_SEND else "sync->wait"
