@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from raptor.errors import SimulationError
-from raptor.sim.trace import KIND_COUNTER, TRACK_STRIDE, slice_layers
+from raptor.sim.trace import KIND_COUNTER, MVMUL, TRACK_STRIDE, VECTOR, slice_layers
 
 _STALL = np.array([c.startswith("stall_") for c in KIND_COUNTER])
 LAYERS_FILE = "layers.json"
@@ -23,7 +23,7 @@ def layer_rows(report, meta: dict, compile_report: dict) -> list[dict[str, Any]]
     """One row per layer in program order. Measured figures are per inference (throughput mode:
     totals over the run / pipeline): busy_max_core_ns is the largest busy time (matrix + vector +
     transfer) of the layer on one core, the measured counterpart of the planner's estimate (its
-    slowest node); busy_ns and stall_ns sum over its cores; start_ns/end_ns bound its busy slices (over all rounds)."""
+    slowest node); busy_ns and stall_ns sum over its cores; start_ns/end_ns bound its matrix and vector slices (over all rounds), when it computes."""
     spans = meta.get("layer_spans")
     if not spans:
         raise SimulationError(
@@ -44,7 +44,7 @@ def layer_rows(report, meta: dict, compile_report: dict) -> list[dict[str, Any]]
     np.add.at(stalls, layer[keep & stall], s["busy"][keep & stall])
     start = np.full(n, np.inf)
     end = np.full(n, -np.inf)
-    work = keep & ~stall
+    work = keep & np.isin(s["kind"], (MVMUL, VECTOR))
     np.minimum.at(start, layer[work], s["start"][work])
     np.maximum.at(end, layer[work], s["end"][work])
     reps = compile_report.get("replication", {})
@@ -95,7 +95,7 @@ def format_layer_rows(rows: list[dict[str, Any]], title: str = "") -> str:
     lines.append(
         "busy/core: the layer's largest busy time (matrix + vector + transfer) on one core, per "
         "inference; est.: the planner's estimate of its slowest node; runs from..to: first and "
-        "last busy slice (over all rounds)"
+        "last matrix/vector slice (over all rounds)"
     )
     return "\n".join(lines)
 
