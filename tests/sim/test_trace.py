@@ -181,7 +181,7 @@ def test_runs_of_identical_instructions_become_one_slice(vgg8_tp):
 
 def test_cap_merges_core_private_runs_and_keeps_figures(vgg8_tp, monkeypatch):
     _, _, prog, rep = vgg8_tp
-    n = len(rep.trace.slices)
+    n = len(rep.trace.arrays())
     monkeypatch.setattr(trace_mod, "MAX_SLICES", n // 2)
     lines, summary = chrome_trace_events(rep, prog.meta)
     assert summary["capped"] and summary["slices"] < n
@@ -197,7 +197,33 @@ def test_cap_merges_core_private_runs_and_keeps_figures(vgg8_tp, monkeypatch):
         assert tot[k] == pytest.approx(sum(getattr(c, k) for c in rep.per_core), rel=1e-12)
 
 
+def test_cap_merges_whole_layers_when_compute_runs_are_not_enough(vgg8_tp, monkeypatch):
+    _, _, prog, rep = vgg8_tp
+    monkeypatch.setattr(trace_mod, "MAX_SLICES", 10)
+    lines, summary = chrome_trace_events(rep, prog.meta)
+    doc = json.loads('{"displayTimeUnit":"ns","traceEvents":[' + ",".join(lines) + "]}")
+    x = [e for e in validate_trace_events(doc) if e["ph"] == "X"]
+    assert len(x) == summary["slices"] and any(e["cat"] == "merged" for e in x)
+    # at most one slice per (core, layer run, round) remains; figures stay exact per core
+    per_core = defaultdict(lambda: dict.fromkeys(COUNTERS, 0.0))
+    for e in x:
+        for k in COUNTERS:
+            per_core[e["tid"]][k] += e["args"].get(k, 0.0)
+    for c in rep.per_core:
+        if c.instructions:
+            for k in COUNTERS:
+                assert per_core[c.core][k] == pytest.approx(getattr(c, k), rel=1e-12, abs=1e-9)
+
+
 W = np.random.default_rng(0).standard_normal((128, 128)).astype(np.float32)
+
+
+def test_slices_packed_in_chunks_are_the_same(vgg8_tp, monkeypatch):
+    _, arch, prog, rep = vgg8_tp
+    monkeypatch.setattr(trace_mod, "CHUNK", 1000)
+    again = simulate(prog, arch, mode="throughput", pipeline=2, trace=True)
+    assert len(again.trace._chunks) > 1
+    assert np.array_equal(again.trace.arrays(), rep.trace.arrays())
 
 
 def test_rob_8_puts_array_groups_on_their_own_tracks():

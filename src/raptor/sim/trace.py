@@ -87,6 +87,7 @@ FLOW_SEND, FLOW_SYNC = 0, 1
 SUB_CORE, SUB_VECTOR, SUB_TRANSFER, SUB_AG0 = 0, 1, 2, 3
 TRACK_STRIDE = 4096
 
+CHUNK = 1 << 18  # slices kept as tuples before they are packed into an array
 SLICE_DTYPE = np.dtype(
     [
         ("track", "<i8"),
@@ -99,10 +100,12 @@ SLICE_DTYPE = np.dtype(
     ]
 )
 
-# The size cap. Runs of identical instructions are always aggregated; beyond that a trace holds at
-# most MAX_SLICES slices (about 110 bytes each in the JSON, so at most ~220 MB): further slices of
-# a core are merged into their predecessor on the same track ("cap-merged" in the slice's args,
-# busy figures stay exact), and counters are resampled to at most MAX_COUNTER_POINTS points.
+# The size cap. Runs of identical instructions are always aggregated. Past MAX_SLICES slices
+# (about 150 bytes each in the JSON) the writer merges each run of core-private slices (mvmul,
+# vector, lldi/lmv, sync) of one track and layer into one "compute" slice, and if that is still
+# too many, every run of slices of one track and layer into one "merged" slice; merged slices
+# carry the exact ns of each engine counter they cover. Counters are resampled to at most
+# MAX_COUNTER_POINTS points.
 MAX_SLICES = 2_000_000
 MAX_COUNTER_POINTS = 20_000
 
@@ -141,6 +144,7 @@ class TraceRecorder:
         # per core: sorted pcs where a new layer span starts (merging never crosses one)
         self.bounds = layer_bounds or []
         self._arrays: np.ndarray | None = None
+        self._chunks: list[np.ndarray] = []  # slices already packed into arrays
 
     def _segment_end(self, core: int, pc: int) -> int:
         if core >= len(self.bounds):
@@ -183,7 +187,11 @@ class TraceRecorder:
         self._emit((track, o[0], o[1], o[2], o[3], o[4], o[5]))
 
     def _emit(self, rec: tuple) -> None:
-        self.slices.append(rec)
+        sl = self.slices
+        sl.append(rec)
+        if len(sl) >= CHUNK:  # keep memory at ~52 bytes a slice on long runs
+            self._chunks.append(np.array(sl, dtype=SLICE_DTYPE))
+            self.slices = []
 
     def flow(self, kind: int, src: int, src_ns: float, dst: int, dst_ns: float) -> None:
         self.flows.append((kind, src, src_ns, dst, dst_ns))
@@ -197,12 +205,9 @@ class TraceRecorder:
     def arrays(self) -> np.ndarray:
         """The slices as a structured array (SLICE_DTYPE), sorted by track and start (built once
         the run has finished, then cached)."""
-        if self._arrays is None or len(self._arrays) != len(self.slices):
-            a = (
-                np.array(self.slices, dtype=SLICE_DTYPE)
-                if self.slices
-                else np.zeros(0, SLICE_DTYPE)
-            )
+        n = len(self.slices) + sum(len(c) for c in self._chunks)
+        if self._arrays is None or len(self._arrays) != n:
+            a = np.concatenate(self._chunks + [np.array(self.slices, dtype=SLICE_DTYPE)])
             self._arrays = a[np.lexsort((a["start"], a["track"]))]
         return self._arrays
 
@@ -212,6 +217,7 @@ class TraceRecorder:
 
 COMPUTE_KINDS = (MVMUL, VECTOR, LOCAL, SYNC)
 COMPUTE = 12  # a merged run of core-private instructions (only past the MAX_SLICES cap)
+MERGED = 13  # a merged run of any slices of one layer (if still past the cap)
 
 
 def slice_layers(slices: np.ndarray, meta: dict, core_cnt: int) -> np.ndarray:
@@ -230,31 +236,35 @@ def slice_layers(slices: np.ndarray, meta: dict, core_cnt: int) -> np.ndarray:
     return out
 
 
-def _merge_compute(s: np.ndarray, layers: np.ndarray) -> tuple[np.ndarray, np.ndarray, list]:
-    """The MAX_SLICES cap: merge consecutive core-private slices of one track and layer into one
-    COMPUTE slice. Returns the new slices, their layers and, per slice, the busy ns per engine
-    counter (a dict) for merged slices (None for slices kept as they are)."""
-    comp = np.isin(s["kind"], COMPUTE_KINDS)
+def _merge(
+    s: np.ndarray, layers: np.ndarray, kinds: tuple[int, ...], merged_kind: int, old: list
+) -> tuple[np.ndarray, np.ndarray, list]:
+    """The MAX_SLICES cap: merge consecutive slices whose kinds are in `kinds` on one track and
+    layer into one slice of `merged_kind`. Returns the new slices, their layers and, per slice,
+    the ns per engine counter (a dict) of merged slices (None for slices kept as they are); `old`
+    holds such dicts of the input slices (a second pass)."""
+    if len(s) == 0:
+        return s, layers, []
+    comp = np.isin(s["kind"], kinds)
     prev_same = np.zeros(len(s), dtype=bool)
     prev_same[1:] = (
         comp[1:] & comp[:-1] & (s["track"][1:] == s["track"][:-1]) & (layers[1:] == layers[:-1])
     )
-    group = np.cumsum(~prev_same) - 1
-    n = int(group[-1]) + 1 if len(s) else 0
     first = np.flatnonzero(~prev_same)
     out = s[first].copy()
-    out["end"] = np.maximum.reduceat(s["end"], first) if len(s) else out["end"]
-    out["count"] = np.add.reduceat(s["count"], first) if len(s) else out["count"]
+    out["end"] = np.maximum.reduceat(s["end"], first)
+    out["count"] = np.add.reduceat(s["count"], first)
     sizes = np.diff(np.append(first, len(s)))
-    breakdown: list = [None] * n
+    breakdown: list = [old[i] for i in first]
     for gi in np.flatnonzero(sizes > 1):
         a, b = first[gi], first[gi] + sizes[gi]
         d: dict[str, float] = {}
-        for k, busy in zip(s["kind"][a:b], s["busy"][a:b]):
-            f = KIND_COUNTER[k]
-            d[f] = d.get(f, 0.0) + float(busy)
+        for j in range(a, b):
+            part = old[j] or {KIND_COUNTER[s["kind"][j]]: float(s["busy"][j])}
+            for f, v in part.items():
+                d[f] = d.get(f, 0.0) + v
         breakdown[gi] = d
-        out["kind"][gi] = COMPUTE
+        out["kind"][gi] = merged_kind
         out["busy"][gi] = float(s["busy"][a:b].sum())
     return out, layers[first], breakdown
 
@@ -300,7 +310,9 @@ def chrome_trace_events(report, meta: dict, title: str = "") -> tuple[list[str],
     breakdown: list = [None] * len(slices)
     capped = len(slices) > MAX_SLICES
     if capped:
-        slices, layers, breakdown = _merge_compute(slices, layers)
+        slices, layers, breakdown = _merge(slices, layers, COMPUTE_KINDS, COMPUTE, breakdown)
+    if len(slices) > MAX_SLICES:
+        slices, layers, breakdown = _merge(slices, layers, tuple(range(14)), MERGED, breakdown)
     names = (meta.get("layer_spans") or {}).get("layers", [])
     layer_json = [json.dumps(n) for n in names]
     ev: list[str] = []
@@ -327,8 +339,8 @@ def chrome_trace_events(report, meta: dict, title: str = "") -> tuple[list[str],
         ev.append(
             f'{{"ph":"M","pid":1,"tid":{t},"name":"thread_sort_index","args":{{"sort_index":{core * 64 + min(sub, 63)}}}}}'
         )
-    kind_names = KIND_NAMES + ("compute",)
-    kind_cat = KIND_CATEGORY + ("compute",)
+    kind_names = KIND_NAMES + ("compute", "merged")
+    kind_cat = KIND_CATEGORY + ("compute", "merged")
     # whole ns on a shared grid, so adjacent slices never overlap after rounding
     t0 = np.round(slices["start"]).astype(np.int64).tolist()
     t1 = np.round(slices["end"]).astype(np.int64).tolist()
