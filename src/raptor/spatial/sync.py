@@ -42,21 +42,24 @@ from raptor.spatial.ir import (
     SpatialGraph,
     SyncToken,
 )
+from raptor.spatial.noc import host_views
 
 
 def node_writes(sg: SpatialGraph, n: ComputeNode) -> str | None:
-    """The host buffer a node stores into (None: a row group that sends its partial sum on)."""
+    """The host buffer a node stores into (None: a row group that sends its partial sum on, or a
+    producer whose rows only travel over the NoC, spatial/noc.py)."""
     ly = sg.layers[n.layer]
     if n.kind == NodeKind.MVM and n.row_group > 0:
+        return None
+    if sg.noc is not None and ly.output.buffer not in sg.noc.host_buffers:
         return None
     return ly.output.buffer
 
 
 def node_reads(sg: SpatialGraph, n: ComputeNode) -> list[str]:
-    ly = sg.layers[n.layer]
-    if n.kind == NodeKind.MVM and n.row_group > 0:
-        return [ly.inputs[0].buffer]  # only the root row group reads a fused residual
-    return list(dict.fromkeys(v.buffer for v in ly.inputs))
+    """Host buffers a node loads (only the root row group reads a fused residual; a fed unit's
+    window input arrives over the NoC)."""
+    return list(dict.fromkeys(v.buffer for _, v in host_views(sg, n, sg.noc)))
 
 
 @dataclass(frozen=True)
@@ -347,10 +350,10 @@ def _band_tokens(sg: SpatialGraph, base: SpatialGraph) -> SpatialGraph | None:
         nodes_of: dict[int, set[int]] = {}  # P -> C's nodes that need it
         for n in nodes:
             ly = sg.layers[n.layer]
-            views = [ly.inputs[0]] if (n.kind == NodeKind.MVM and n.row_group > 0) else ly.inputs
+            views = host_views(sg, n, sg.noc)
             for i, (a, b) in enumerate(bands[n.id]):
                 target: dict[int, int] = {}
-                for k, v in enumerate(views):
+                for k, v in views:
                     if v.buffer in skip:
                         continue
                     need = input_need(ly, k, a, b)
