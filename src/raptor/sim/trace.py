@@ -157,24 +157,20 @@ class TraceRecorder:
         """One instruction (or stall) on a track; merged into the open slice when it continues a
         run of the same kind within one layer span and round."""
         o = self.open.get(track)
-        if o is not None:
-            if o[0] == kind and o[6] < pc < o[7]:
-                o[2] = end
-                o[3] += 1
-                o[4] += busy
-                o[6] = pc
-                return
-            self._close(track, o)
-        self.open[track] = [
-            kind,
-            start,
-            end,
-            1,
-            busy,
-            pc,
-            pc,
-            self._segment_end(track_core(track), pc),
-        ]
+        if o is None:
+            seg = self._segment_end(track_core(track), pc)
+            self.open[track] = [kind, start, end, 1, busy, pc, pc, seg]
+            return
+        same_span = o[6] < pc < o[7]  # later in the round, before the span's end
+        if same_span and o[0] == kind:
+            o[2] = end
+            o[3] += 1
+            o[4] += busy
+            o[6] = pc
+            return
+        self._emit((track, o[0], o[1], o[2], o[3], o[4], o[5]))
+        seg = o[7] if same_span else self._segment_end(track_core(track), pc)
+        o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7] = kind, start, end, 1, busy, pc, pc, seg
 
     def stall(self, track: int, kind: int, start: float, end: float, pc: int) -> None:
         """A stall slice: never merged with a neighbour."""
