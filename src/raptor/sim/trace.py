@@ -101,7 +101,7 @@ SLICE_DTYPE = np.dtype(
 )
 
 # The size cap. Runs of identical instructions are always aggregated. Past MAX_SLICES slices
-# (about 150 bytes each in the JSON) the writer merges each run of core-private slices (mvmul,
+# (about 180 bytes each in the JSON) the writer merges each run of core-private slices (mvmul,
 # vector, lldi/lmv, sync) of one track and layer into one "compute" slice, and if that is still
 # too many, every run of slices of one track and layer into one "merged" slice; merged slices
 # carry the exact ns of each engine counter they cover. Counters are resampled to at most
