@@ -84,3 +84,15 @@ def test_programs_without_layer_spans_are_refused(vgg8_tp, tmp_path, capsys):
         f"raptor: error: {tmp_path}: --layers needs a compiled case directory "
         "(pim/ and compile_report.json)\n"
     )
+
+
+def test_inspect_layers_prints_the_table_and_writes_layers_json(vgg8_tp, capsys):
+    d, _, prog, rep = vgg8_tp
+    (d / "out" / "layers.json").unlink(missing_ok=True)
+    assert main(["inspect", str(d / "out" / "pim"), "--layers"]) == 0  # the pim/ dir also works
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("per-layer plan and measurement (arch-a, throughput, pipeline 2;")
+    rows = layer_rows(rep, prog.meta, _report(d))
+    assert [ln.split()[0] for ln in out[2 : 2 + len(rows)]] == [r["layer"] for r in rows]
+    saved = json.loads((d / "out" / "layers.json").read_text())
+    assert saved["layers"] == rows and saved["simulation"]["latency_ns"] == rep.latency_ns

@@ -118,6 +118,8 @@ def case_layers(case_dir: str | Path) -> tuple[list[dict[str, Any]], str]:
     from raptor.sim import simulate
 
     case_dir = Path(case_dir)
+    if (case_dir / "config.json").is_file() and case_dir.name == "pim":
+        case_dir = case_dir.parent  # the pim/ directory itself
     cfg = case_dir / "pim" / "config.json"
     rep_path = case_dir / "compile_report.json"
     if not cfg.is_file() or not rep_path.is_file():
