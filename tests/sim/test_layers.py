@@ -8,9 +8,13 @@ import numpy as np
 import pytest
 
 from raptor.cli import main
+from raptor.compiler import compile_to_dir
 from raptor.errors import SimulationError
+from raptor.isa.pimdir import read_pimdir
+from raptor.options import CompileOptions
+from raptor.sim import simulate
 from raptor.sim.layers import format_layer_rows, layer_rows
-from raptor.sim.trace import KIND_COUNTER, slice_layers
+from raptor.sim.trace import KIND_COUNTER, MVMUL, SYNC, slice_layers
 
 BUSY = ("matrix_busy_ns", "vector_busy_ns", "transfer_busy_ns")
 
@@ -96,3 +100,24 @@ def test_inspect_layers_prints_the_table_and_writes_layers_json(vgg8_tp, capsys)
     assert [ln.split()[0] for ln in out[2 : 2 + len(rows)]] == [r["layer"] for r in rows]
     saved = json.loads((d / "out" / "layers.json").read_text())
     assert saved["layers"] == rows and saved["simulation"]["latency_ns"] == rep.latency_ns
+
+
+def test_pimcomp_throughput_programs_carry_layer_spans(vgg8_tp):
+    d, arch, _, _ = vgg8_tp
+    opts = CompileOptions(mode="throughput", pipeline=2, compiler="pimcomp")
+    plan = compile_to_dir(d / "vgg8.onnx", arch, opts, d / "pimcomp")
+    prog = read_pimdir(d / "pimcomp" / "pim")
+    rep = simulate(prog, arch, mode="throughput", pipeline=2, trace=True)
+    rows = {r["layer"]: r for r in layer_rows(rep, prog.meta, plan)}
+    s = rep.trace.arrays()
+    names = prog.meta["layer_spans"]["layers"]
+    lay = slice_layers(s, prog.meta, prog.core_cnt)
+    mv = {names[i] for i in lay[s["kind"] == MVMUL]}
+    assert mv == set(plan["replication"])  # every mvmul lies in a GEMM layer's span
+    busy = np.array([KIND_COUNTER[k] in BUSY for k in s["kind"]])
+    head = busy & (lay < 0)
+    assert set(s["kind"][head].tolist()) <= {SYNC}  # only the start-of-round credit syncs
+    total = sum(getattr(c, k) for c in rep.per_core for k in BUSY)
+    measured = sum(r["busy_ns"] for r in rows.values()) * 2 + float(s["busy"][head].sum())
+    assert measured == pytest.approx(total, rel=1e-12)
+    assert all(r["cores"] and r["estimated_ns"] is None for r in rows.values())

@@ -48,7 +48,7 @@ def layer_rows(report, meta: dict, compile_report: dict) -> list[dict[str, Any]]
     np.minimum.at(start, layer[work], s["start"][work])
     np.maximum.at(end, layer[work], s["end"][work])
     reps = compile_report.get("replication", {})
-    cores = compile_report.get("layer_cores", {})
+    cores = compile_report.get("layer_cores") or _span_cores(spans)
     est = compile_report.get("estimated_layer_ns", {})
     rows = []
     for i, name in enumerate(names):
@@ -67,6 +67,19 @@ def layer_rows(report, meta: dict, compile_report: dict) -> list[dict[str, Any]]
             }
         )
     return rows
+
+
+def _span_cores(spans: dict) -> dict[str, list[int]]:
+    """Cores holding each layer, from the layer spans (when the compile report has no
+    layer_cores, as pimcomp's does not)."""
+    out: dict[str, list[int]] = {}
+    for key, rows in spans.get("cores", {}).items():
+        for _, ly in rows:
+            if ly >= 0:
+                cores = out.setdefault(spans["layers"][ly], [])
+                if int(key[4:]) not in cores:
+                    cores.append(int(key[4:]))
+    return out
 
 
 def format_layer_rows(rows: list[dict[str, Any]], title: str = "") -> str:
