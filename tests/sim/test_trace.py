@@ -22,6 +22,7 @@ from raptor.sim.trace import (
     SLICE_DTYPE,
     TRACK_STRIDE,
     chrome_trace_events,
+    track_of_tid,
     write_chrome_trace,
 )
 
@@ -42,10 +43,13 @@ def validate_trace_events(doc: dict) -> list[dict]:
     assert isinstance(doc, dict) and isinstance(doc["traceEvents"], list)
     assert doc.get("displayTimeUnit") in ("ns", "ms")
     events = doc["traceEvents"]
+    owner: dict[int, int] = {}
     for e in events:
         ph = e["ph"]
         assert ph in ("X", "B", "E", "i", "C", "s", "f", "M"), e
         assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
+        # ids 0 are the idle task's in Linux-based viewers; a thread id names one thread
+        assert e["pid"] > 0 and e["tid"] > 0 and owner.setdefault(e["tid"], e["pid"]) == e["pid"]
         assert isinstance(e["name"], str) and e["name"], e
         if ph == "M":
             assert e["name"] in (
@@ -65,7 +69,7 @@ def validate_trace_events(doc: dict) -> list[dict]:
         elif ph == "i":
             assert e["s"] in ("g", "p", "t"), e
         elif ph in ("s", "f"):
-            assert isinstance(e["id"], int) and e["cat"], e
+            assert isinstance(e["id"], int) and e["id"] > 0 and e["cat"], e
             if ph == "f":
                 assert e["bp"] == "e", e
     return events
@@ -107,7 +111,7 @@ def test_slices_add_up_to_the_engine_per_core_figures(vgg8_tp):
     for e in events:
         if e["ph"] != "X":
             continue
-        core = e["tid"] % TRACK_STRIDE
+        core = track_of_tid(e["tid"]) % TRACK_STRIDE
         for k in COUNTERS:
             got[core][k] += e["args"].get(k, 0.0)
         if e["name"] in STALLS:
@@ -135,7 +139,7 @@ def test_slices_never_overlap_and_flows_bind_to_slices(vgg8_tp):
             assert e0 <= s1
     finish = {c.core: c.finish_ns[-1] for c in rep.per_core if c.instructions}
     for tid, spans in by_tid.items():
-        assert spans[-1][1] <= finish[tid % TRACK_STRIDE]
+        assert spans[-1][1] <= finish[track_of_tid(tid) % TRACK_STRIDE]
 
     def inside(tid: int, t: int) -> bool:
         spans = by_tid[tid]
@@ -208,7 +212,7 @@ def test_cap_merges_whole_layers_when_compute_runs_are_not_enough(vgg8_tp, monke
     per_core = defaultdict(lambda: dict.fromkeys(COUNTERS, 0.0))
     for e in x:
         for k in COUNTERS:
-            per_core[e["tid"]][k] += e["args"].get(k, 0.0)
+            per_core[track_of_tid(e["tid"])][k] += e["args"].get(k, 0.0)
     for c in rep.per_core:
         if c.instructions:
             for k in COUNTERS:

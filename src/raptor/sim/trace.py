@@ -83,6 +83,16 @@ KIND_CATEGORY = (
 STALL_OF = {"sync": STALL_SYNC, "recv": STALL_RECV, "memory": STALL_MEMORY}
 FLOW_SEND, FLOW_SYNC = 0, 1
 
+# Chrome trace ids: process 1 ("chip": counters, deadlines) has thread 1; process 2 holds the
+# tracks, track t as thread t + TID0. Thread ids are unique over both processes (viewers key
+# threads by tid) and never 0 (the idle task's id in Linux-based viewers).
+TID0 = 2
+
+
+def track_of_tid(tid: int) -> int:
+    return tid - TID0
+
+
 # sub-tracks of a core when rob_size > 1
 SUB_CORE, SUB_VECTOR, SUB_TRANSFER, SUB_AG0 = 0, 1, 2, 3
 TRACK_STRIDE = 4096
@@ -313,10 +323,12 @@ def chrome_trace_events(report, meta: dict, title: str = "") -> tuple[list[str],
     layer_json = [json.dumps(n) for n in names]
     ev: list[str] = []
     chip = json.dumps(title or f"chip ({report.mode}, pipeline {report.pipeline})")
-    ev.append(f'{{"ph":"M","pid":0,"tid":0,"name":"process_name","args":{{"name":{chip}}}}}')
-    ev.append('{"ph":"M","pid":1,"tid":0,"name":"process_name","args":{"name":"cores"}}')
-    ev.append('{"ph":"M","pid":0,"tid":0,"name":"process_sort_index","args":{"sort_index":0}}')
-    ev.append('{"ph":"M","pid":1,"tid":0,"name":"process_sort_index","args":{"sort_index":1}}')
+    ev.append(f'{{"ph":"M","pid":1,"tid":1,"name":"process_name","args":{{"name":{chip}}}}}')
+    ev.append(f'{{"ph":"M","pid":2,"tid":{TID0},"name":"process_name","args":{{"name":"cores"}}}}')
+    ev.append('{"ph":"M","pid":1,"tid":1,"name":"process_sort_index","args":{"sort_index":0}}')
+    ev.append(
+        f'{{"ph":"M","pid":2,"tid":{TID0},"name":"process_sort_index","args":{{"sort_index":1}}}}'
+    )
     tracks = sorted(
         {int(t) for t in np.unique(slices["track"])}
         | {c.core for c in report.per_core if c.instructions}
@@ -331,9 +343,11 @@ def chrome_trace_events(report, meta: dict, title: str = "") -> tuple[list[str],
             name = f"core {core} transfer"
         else:
             name = f"core {core} AG {sub - SUB_AG0}"
-        ev.append(f'{{"ph":"M","pid":1,"tid":{t},"name":"thread_name","args":{{"name":"{name}"}}}}')
         ev.append(
-            f'{{"ph":"M","pid":1,"tid":{t},"name":"thread_sort_index","args":{{"sort_index":{core * 64 + min(sub, 63)}}}}}'
+            f'{{"ph":"M","pid":2,"tid":{t + TID0},"name":"thread_name","args":{{"name":"{name}"}}}}'
+        )
+        ev.append(
+            f'{{"ph":"M","pid":2,"tid":{t + TID0},"name":"thread_sort_index","args":{{"sort_index":{core * 64 + min(sub, 63)}}}}}'
         )
     kind_names = KIND_NAMES + ("compute", "merged")
     kind_cat = KIND_CATEGORY + ("compute", "merged")
@@ -351,16 +365,16 @@ def chrome_trace_events(report, meta: dict, title: str = "") -> tuple[list[str],
         if 0 <= ly < len(layer_json):
             args += f',"layer":{layer_json[ly]}'
         ev.append(
-            f'{{"ph":"X","pid":1,"tid":{track},"name":"{name}","cat":"{kind_cat[kind]}",'
+            f'{{"ph":"X","pid":2,"tid":{track + TID0},"name":"{name}","cat":"{kind_cat[kind]}",'
             f'"ts":{t0[i] / 1e3:.3f},"dur":{(t1[i] - t0[i]) / 1e3:.3f},"args":{{"count":{count},"pc":{pc},{args}}}}}'
         )
     for i, (kind, src, src_ns, dst, dst_ns) in enumerate(tr.flows):
         name = "send->recv" if kind == FLOW_SEND else "sync->wait"
         ev.append(
-            f'{{"ph":"s","pid":1,"tid":{src},"id":{i},"name":"{name}","cat":"flow","ts":{_us(src_ns)}}}'
+            f'{{"ph":"s","pid":2,"tid":{src + TID0},"id":{i + 1},"name":"{name}","cat":"flow","ts":{_us(src_ns)}}}'
         )
         ev.append(
-            f'{{"ph":"f","bp":"e","pid":1,"tid":{dst},"id":{i},"name":"{name}","cat":"flow","ts":{_us(dst_ns)}}}'
+            f'{{"ph":"f","bp":"e","pid":2,"tid":{dst + TID0},"id":{i + 1},"name":"{name}","cat":"flow","ts":{_us(dst_ns)}}}'
         )
     counters = 0
     if tr.gmem:
@@ -371,7 +385,7 @@ def chrome_trace_events(report, meta: dict, title: str = "") -> tuple[list[str],
         )
         for ti, vi in zip(t.tolist(), v.tolist()):
             ev.append(
-                f'{{"ph":"C","pid":0,"tid":0,"name":"global memory queue","ts":{_us(ti)},"args":{{"requests":{int(vi)}}}}}'
+                f'{{"ph":"C","pid":1,"tid":1,"name":"global memory queue","ts":{_us(ti)},"args":{{"requests":{int(vi)}}}}}'
             )
         counters += len(t)
     if tr.noc:
@@ -381,18 +395,18 @@ def chrome_trace_events(report, meta: dict, title: str = "") -> tuple[list[str],
         )
         for ti, vi in zip(t.tolist(), v.tolist()):
             ev.append(
-                f'{{"ph":"C","pid":0,"tid":0,"name":"NoC bytes in flight","ts":{_us(ti)},"args":{{"bytes":{int(vi)}}}}}'
+                f'{{"ph":"C","pid":1,"tid":1,"name":"NoC bytes in flight","ts":{_us(ti)},"args":{{"bytes":{int(vi)}}}}}'
             )
         counters += len(t)
     if report.mode == "throughput":
         for r, d in enumerate(report.deadlines_ns):
             ev.append(
-                f'{{"ph":"i","s":"g","pid":0,"tid":0,"name":"input {r} done","cat":"round","ts":{_us(d)}}}'
+                f'{{"ph":"i","s":"g","pid":1,"tid":1,"name":"input {r} done","cat":"round","ts":{_us(d)}}}'
             )
         for c in report.per_core:
             for r, f in enumerate(c.finish_ns[:-1]):
                 ev.append(
-                    f'{{"ph":"i","s":"t","pid":1,"tid":{c.core},"name":"round {r + 1} starts","cat":"round","ts":{_us(f)}}}'
+                    f'{{"ph":"i","s":"t","pid":2,"tid":{c.core + TID0},"name":"round {r + 1} starts","cat":"round","ts":{_us(f)}}}'
                 )
     summary = {
         "slices": int(len(slices)),
