@@ -100,7 +100,15 @@ def timeline_png(report, path: str | Path, title: str = "", bins: int = 1000) ->
     if report.mode == "throughput":
         for r, d in enumerate(report.deadlines_ns):
             ax.axvline(d / 1e6, color="black", lw=0.8, ls="--")
-            ax.text(d / 1e6, -0.5, f" input {r}", va="bottom", ha="right", fontsize=7)
+            ax.text(
+                d / 1e6,
+                -0.5,
+                f"input {r} done ",
+                va="top",
+                ha="right",
+                fontsize=7,
+                bbox=dict(facecolor="white", edgecolor="none", pad=1),
+            )
     ax.set_xlabel("simulated time (ms)")
     ax.set_ylabel(f"core ({len(cores)} with a program, in id order)")
     ticks = np.linspace(0, len(cores) - 1, min(len(cores), 12)).round().astype(int)
