@@ -16,8 +16,10 @@ from typing import Any
 import numpy as np
 
 from raptor.arch import Arch
+from raptor.bounds import program_bound
 from raptor.errors import PassFailedError
 from raptor.frontend.graph import Graph
+from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram, write_pimdir
 from raptor.isa.table import opcode_counts
 from raptor.options import CompileOptions
@@ -78,7 +80,9 @@ def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> 
     else:
         sg = timed(
             SpatialPlanningPass.name,
-            SpatialPlanningPass(latency=True, span=_span(sg, opts)).apply,
+            SpatialPlanningPass(
+                latency=True, span=_span(sg, opts), noc=not opts.disable_noc_dataflow
+            ).apply,
             arch,
             sg,
         )
@@ -187,6 +191,11 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "host_memory_bytes": stats["host_memory_bytes"],
         "host_load_bytes_per_layer": stats["host_load_bytes"],
         "host_load_bytes": int(sum(stats["host_load_bytes"].values())),
+        "host_store_bytes": _bytes_of(prog, Opcode.ST),
+        "host_bytes_per_inference": _bytes_of(prog, Opcode.LD) + _bytes_of(prog, Opcode.ST),
+        "noc_bytes_per_inference": _bytes_of(prog, Opcode.SEND),
+        "noc_dataflow": _noc_report(sg),
+        "machine_bound_program": program_bound(prog, arch),
         "noc_hop_bytes_estimate": float(est["hop_bytes"]),
         "estimated_layer_ns": {k: round(v, 1) for k, v in est["layer_ns"].items()},
         "estimated_core_ns_max": float(np.max(est["core_ns"])) if len(est["core_ns"]) else 0.0,
@@ -201,6 +210,26 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "pass_time_s": times,
         "compile_time_s": round(sum(times.values()), 4),
         "options": asdict(opts),
+    }
+
+
+def _bytes_of(prog: PimProgram, op: Opcode) -> int:
+    """Bytes moved per inference by every `op` (ld, st or send) of the program."""
+    return int(sum(int(s["generic3"][s["opcode"] == op].sum()) for s in prog.cores))
+
+
+def _noc_report(sg) -> dict[str, Any] | None:
+    """What the NoC dataflow pass did (spatial/noc.py): edges fed core to core, edges left in host
+    memory and why, and the estimated end of the message-order execution."""
+    plan = sg.noc
+    if plan is None:
+        return None
+    return {
+        "fed_units": len(plan.fed),
+        "producer_layers": sorted({sg.layers[p].name for p in plan.producer_layer.values()}),
+        "host_buffers": sorted(b for b in plan.host_buffers if b in sg.buffers),
+        "demoted_units": dict(plan.demoted),
+        "message_order_estimated_ns": round(plan.estimated_ns, 1),
     }
 
 

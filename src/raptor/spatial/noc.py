@@ -1,37 +1,42 @@
 """NoC dataflow: which activation edges travel core to core with send/recv instead of host memory.
 
-A *producer* is a node of a layer whose output rows it computes in order and keeps one output row
-in local memory: the root row group of a GEMM layer over full columns, or a max/average pool, both
-lowered over line buffers (raptor.pim.lowering). A *consumer unit* is a line-buffer MVM reduction
-tree (all row groups of one layer, replica, column slice and pixel range) or a line-buffer pool
-node whose `inputs[0]` is exactly the producer layer's output view. A consumer unit is *fed* over
-the NoC when every row piece it loads comes from a producer node on another core: instead of an
-`ld` of an input row into its ring, it `recv`s each producer's segment of that row, and the
-producer `send`s the segment right after computing it. Everything else (network inputs, constants,
-outputs, residual reads, flattened/strided/concat views, same-core edges) stays in host memory,
-ordered by the synchronization pass's tokens; a producer also `st`s its rows when the buffer keeps
-a host reader.
+A *producer* is a node of a layer that computes its output rows in order: the root row group of a
+GEMM layer over full columns, or a max/average pool, both lowered over line buffers
+(raptor.pim.lowering). A *consumer unit* is a line-buffer MVM reduction tree (all row groups of one
+layer, replica, column slice and pixel range) or a line-buffer pool node whose `inputs[0]` is
+exactly one producer layer's output view (`noc_edges`). A consumer unit is *fed* over the NoC when
+every piece of input it loads comes from producer nodes on other cores: instead of an `ld` of an
+input row into its line buffer it `recv`s each producer's segment of that row, and the producer
+`send`s the segment from its local output rows right after computing it. Everything else (network
+inputs, constants, outputs, residual reads, flattened/strided/concat views, same-core edges) stays
+in host memory, ordered by the synchronization pass's tokens; a producer also `st`s its rows when
+its buffer keeps a host reader.
 
-Message order. pimsim-nn matches send/recv by (source, destination) in program order, so for each
-ordered core pair the producer side (its nodes in program order, each output row ascending, the
-consumer nodes of a row in canonical order) and the consumer side (its nodes in program order,
-each input row in first-use order, pieces by producer pixel) must list the same messages in the
-same order; `plan_noc` checks this per pair and returns consumer units of a mismatching pair to
-host memory.
+Granularity and buffers. NoC nodes compute one row segment per step (up to SEGMENTS_PER_ROW per
+output row), so a consumer starts on the first columns of a row before its producers finished it.
+A fed node keeps every input row it reads in local memory when they fit in RING_BYTES (else a ring
+of kernel-height rows); a producer keeps up to OUT_BYTES of output rows waiting to be sent.
 
-Deadlock freedom. Every core's program is a fixed sequence; send and recv block until both sides
-meet (rendezvous, rob_size 1) and a wait blocks until its syncs arrived. Take the graph whose
-vertices are the messages and sync/wait events and whose edges follow each core's program order
-(plus sync -> wait). If that graph is acyclic it has a topological order, a global order every
-core's sequence respects; the earliest event in it that has not happened has all its predecessors
-done on both (all) of its cores, so it can happen: by induction every program runs to its end,
-whatever the timing. Placement alone does not make the graph acyclic (a core holding layers 1 and
-3 and another holding layer 2 exchange rows in opposite orders), so the compiler runs every
-emitted program through `raptor.pim.deadlock.check_programs`, an untimed execution that is exact
-for this model (operations only become enabled by other cores' progress, never disabled, so any
-maximal execution ends in the same state), and returns the consumer units on the cores of a
-blocked message to host memory until the check passes. The pipeline restart needs no tokens for
-NoC edges: round r+1's rows reach a consumer only when its own program has restarted.
+Message order. Send and recv are a rendezvous (pimsim-nn pairs them by source and destination in
+program order, rob_size 1 blocks the core). `order_messages` runs the program on estimated times
+without values: a core runs its next step once its input columns are received, its waits are
+satisfied and its oldest output rows are sent; a pending row is exchanged when the consumer's core
+is between two steps of that node and the line-buffer slot is free; the earliest enabled event
+runs first. Every core's program lists its steps, tokens and messages in the order of that one
+execution, so each core pair's sends and recvs match one to one and in order.
+
+Deadlock freedom. Take the graph whose vertices are the messages and sync/wait events and whose
+edges follow each core's program order (plus sync -> wait). If it is acyclic it has a topological
+order, a global order every core's sequence respects; the earliest event in it that has not
+happened has all its predecessors done on both (all) of its cores, so it can happen: by induction
+every program runs to its end, whatever the timing. The order above is such a global order by
+construction (every event is appended to its cores' programs when it runs in the one execution).
+As a check of the whole compiler, every emitted program also goes through
+`raptor.pim.deadlock.check_programs`, an untimed execution that is exact for this model
+(operations only become enabled by other cores' progress, never disabled, so any maximal
+execution ends in the same state); a failure returns the consumer units on the blocked cores to
+host memory and compiles again. The pipeline restart needs no tokens for NoC edges: round r+1's
+rows reach a consumer only once its own program has restarted.
 """
 
 from __future__ import annotations
@@ -97,6 +102,16 @@ class NocPlan:
     ring_rows: dict[int, int] = field(default_factory=dict)  # fed node -> input row slots
     out_rows: dict[int, int] = field(default_factory=dict)  # producer node -> output row slots
     element_bytes: int = 2
+    local_bytes: int = 1 << 20  # a core's local memory
+    # persistent per-core NoC buffers at the top of local memory (`_layout`): a fed node's input
+    # rows and a producer's output rows outlive the node, so a core can receive rows for a later
+    # node and send rows of an earlier one; node scratch gets the memory below `persist`
+    ring_base: dict[int, int] = field(default_factory=dict)
+    ring_row_bytes: dict[int, int] = field(default_factory=dict)
+    ring_pad: dict[int, int] = field(default_factory=dict)  # left padding columns of the row
+    out_base: dict[int, int] = field(default_factory=dict)
+    out_row_bytes: dict[int, int] = field(default_factory=dict)
+    persist: dict[int, int] = field(default_factory=dict)  # core -> bytes reserved
     comm: dict[tuple[int, int], list] = field(default_factory=dict)  # order_messages
     estimated_ns: float = 0.0  # end of the estimated execution order_messages followed
     timeline: dict[int, list[float]] = field(default_factory=dict)  # layer -> [start, end] ns
@@ -140,15 +155,19 @@ class NocPlan:
         return {c for iy in self.rows[m.id][0] for c, _, _ in self.pieces(m, iy)}
 
 
-def plan_noc(sg: SpatialGraph, element_bytes: int) -> NocPlan:
-    """Choose the fed consumer units of `sg` (module docstring); needs cores assigned."""
+def noc_edges(sg: SpatialGraph) -> dict[int, int]:
+    """Consumer layer -> producer layer of every edge the NoC can carry (module docstring): the
+    consumer reads, over a line buffer, exactly the output view of one producer layer that
+    computes every output channel of its rows in order. Needs tiling (column slices)."""
     writers: dict[str, list[Layer]] = {}
     for ly in sg.layers:
         writers.setdefault(ly.output.buffer, []).append(ly)
-    by_layer: dict[int, list[ComputeNode]] = {}
-    for n in sg.nodes:
-        by_layer.setdefault(n.layer, []).append(n)
-    plan = NocPlan(element_bytes=element_bytes)
+    full = {
+        n.layer
+        for n in sg.nodes
+        if n.kind == NodeKind.MVM and (n.c0, n.c1) != (0, sg.layers[n.layer].cols)
+    }
+    out = {}
     for lc in sg.layers:
         v = lc.inputs[0]
         if not (mvm_lines_ok(lc) or pool_lines_ok(lc)):
@@ -159,14 +178,25 @@ def plan_noc(sg: SpatialGraph, element_bytes: int) -> NocPlan:
         lp = ws[0]
         if sg.buffers[v.buffer].role not in (BufferRole.ACT, BufferRole.OUTPUT):
             continue
+        if (lp.kind == LayerKind.GEMM and mvm_lines_ok(lp) and lp.index not in full) or (
+            lp.kind != LayerKind.GEMM and pool_lines_ok(lp)
+        ):
+            out[lc.index] = lp.index
+    return out
+
+
+def plan_noc(sg: SpatialGraph, element_bytes: int, local_bytes: int = 1 << 20) -> NocPlan:
+    """Choose the fed consumer units of `sg` (module docstring); needs cores assigned."""
+    by_layer: dict[int, list[ComputeNode]] = {}
+    for n in sg.nodes:
+        by_layer.setdefault(n.layer, []).append(n)
+    plan = NocPlan(element_bytes=element_bytes, local_bytes=local_bytes)
+    for ci, pi in noc_edges(sg).items():
+        lc, lp = sg.layers[ci], sg.layers[pi]
         if lp.kind == LayerKind.GEMM:
             roots = [n for n in by_layer.get(lp.index, []) if n.row_group == 0]
-            if not mvm_lines_ok(lp) or any(n.c0 != 0 or n.c1 != lp.cols for n in roots):
-                continue
-        elif pool_lines_ok(lp):
-            roots = list(by_layer.get(lp.index, []))
         else:
-            continue
+            roots = list(by_layer.get(lp.index, []))
         plan.producer_layer[lc.index] = lp.index
         plan.width[lp.index] = lp.output.width
         plan.producers[lp.index] = sorted(roots, key=lambda n: n.p0)
@@ -182,11 +212,6 @@ def plan_noc(sg: SpatialGraph, element_bytes: int) -> NocPlan:
             elif cores:
                 plan.demoted["same core"] = plan.demoted.get("same core", 0) + 1
     _derive(sg, plan)
-    while True:
-        bad = _mismatched_pairs(sg, plan)
-        if not bad:
-            break
-        demote_pairs(sg, plan, bad, "message order")
     return plan
 
 
@@ -209,10 +234,28 @@ def demote_pairs(sg: SpatialGraph, plan: NocPlan, pairs: set[tuple[int, int]], w
 # on output rows waiting to be sent (else one row)
 RING_BYTES = 512 * 1024
 OUT_BYTES = 192 * 1024
+PERSIST_SHARE = 0.6  # at most this share of a core's local memory holds persistent NoC buffers
 
 
 def _derive(sg: SpatialGraph, plan: NocPlan) -> None:
-    """Targets of every producer node, sender units and host-read buffers from `plan.fed`."""
+    """Targets of every producer node, sender units, persistent buffers and host-read buffers
+    from `plan.fed`; fed units that do not fit their core's buffer share go back to host."""
+    while True:
+        _targets(sg, plan)
+        over = _layout(sg, plan)
+        if not over:
+            break
+        plan.fed -= over
+        plan.demoted["local memory"] = plan.demoted.get("local memory", 0) + len(over)
+    host: set[str] = set()
+    for n in sg.nodes:
+        for _, v in host_views(sg, n, plan):
+            host.add(v.buffer)
+    host.update(b for b, buf in sg.buffers.items() if buf.role != BufferRole.ACT)
+    plan.host_buffers = host
+
+
+def _targets(sg: SpatialGraph, plan: NocPlan) -> None:
     plan.targets = {}
     order = {n.id: i for nodes in sg.nodes_by_core().values() for i, n in enumerate(nodes)}
     fed_nodes = sorted(
@@ -228,29 +271,72 @@ def _derive(sg: SpatialGraph, plan: NocPlan) -> None:
     plan.senders = {
         unit_of(n) for ns in plan.producers.values() for n in ns if n.id in plan.targets
     }
+
+
+def _layout(sg: SpatialGraph, plan: NocPlan) -> set[Unit]:
+    """Place every core's persistent NoC buffers from the top of its local memory: all input rows
+    of a fed node when they fit RING_BYTES (else a ring of kernel-height rows), up to OUT_BYTES of
+    a producer's output rows. A core over its PERSIST_SHARE first falls back to rings and single
+    output rows; returns the fed units that still do not fit (largest first, one per core)."""
     eb = plan.element_bytes
-    plan.ring_rows = {}
-    for m in fed_nodes:
-        ly = sg.layers[m.layer]
-        rows = plan.rows[m.id][0]
-        span = max(rows) - min(rows) + 1
-        wp = lines_geometry(ly, m)[4] if m.kind == NodeKind.MVM else ly.inputs[0].width
-        fits = span * wp * ly.inputs[0].channels * eb <= RING_BYTES
-        plan.ring_rows[m.id] = span if fits else ly.kernel_shape[0]
-    plan.out_rows = {}
-    for ps in plan.producers.values():
-        for n in ps:
-            if n.id in plan.targets:
-                w = sg.layers[n.layer].output.width
-                rows = (n.p1 - 1) // w - n.p0 // w + 1
-                row_bytes = w * sg.layers[n.layer].cols * eb
-                plan.out_rows[n.id] = max(1, min(rows, OUT_BYTES // row_bytes))
-    host: set[str] = set()
-    for n in sg.nodes:
-        for _, v in host_views(sg, n, plan):
-            host.add(v.buffer)
-    host.update(b for b, buf in sg.buffers.items() if buf.role != BufferRole.ACT)
-    plan.host_buffers = host
+    limit = int(plan.local_bytes * PERSIST_SHARE)
+    plan.ring_rows, plan.ring_base, plan.ring_row_bytes, plan.ring_pad = {}, {}, {}, {}
+    plan.out_rows, plan.out_base, plan.out_row_bytes, plan.persist = {}, {}, {}, {}
+    over: set[Unit] = set()
+    for core, nodes in sg.nodes_by_core().items():
+        fed = [m for m in nodes if unit_of(m) in plan.fed]
+        send = [n for n in nodes if n.id in plan.targets]
+        if not fed and not send:
+            continue
+        ring: dict[int, tuple[int, int, int]] = {}  # id -> (full rows, kernel rows, row bytes)
+        for m in fed:
+            ly = sg.layers[m.layer]
+            rows = plan.rows[m.id][0]
+            span = max(rows) - min(rows) + 1 if rows else 1
+            wp = lines_geometry(ly, m)[4] if m.kind == NodeKind.MVM else ly.inputs[0].width
+            rb = wp * ly.inputs[0].channels * eb
+            full = span if span * rb <= RING_BYTES else ly.kernel_shape[0]
+            ring[m.id] = (full, min(full, ly.kernel_shape[0]), rb)
+            plan.ring_row_bytes[m.id] = rb
+            plan.ring_pad[m.id] = ly.pads[1] if m.kind == NodeKind.MVM else 0
+        outs: dict[int, tuple[int, int]] = {}  # id -> (rows, row bytes)
+        for n in send:
+            w = sg.layers[n.layer].output.width
+            rows = (n.p1 - 1) // w - n.p0 // w + 1
+            rb = w * sg.layers[n.layer].cols * eb
+            outs[n.id] = (max(1, min(rows, OUT_BYTES // rb)), rb)
+            plan.out_row_bytes[n.id] = rb
+        slots = {i: full for i, (full, _, _) in ring.items()}
+        outn = {i: r for i, (r, _) in outs.items()}
+
+        def total(slots=slots, outn=outn, ring=ring, outs=outs) -> int:
+            rings = sum(k * ring[i][2] for i, k in slots.items())
+            return rings + sum(k * outs[i][1] for i, k in outn.items())
+
+        for i in sorted(ring, key=lambda i: -ring[i][0] * ring[i][2]):
+            if total() <= limit:
+                break
+            slots[i] = ring[i][1]
+        for i in outn:
+            if total() > limit:
+                outn[i] = 1
+        if total() > limit:
+            big = max(fed, key=lambda m: slots[m.id] * ring[m.id][2], default=None)
+            if big is not None:
+                over.add(unit_of(big))
+            continue
+        top = plan.local_bytes
+        for n in nodes:
+            if n.id in slots:
+                top -= slots[n.id] * ring[n.id][2]
+                plan.ring_base[n.id] = top
+                plan.ring_rows[n.id] = slots[n.id]
+            if n.id in outn:
+                top -= outn[n.id] * outs[n.id][1]
+                plan.out_base[n.id] = top
+                plan.out_rows[n.id] = outn[n.id]
+        plan.persist[core] = plan.local_bytes - top
+    return over
 
 
 def host_views(sg: SpatialGraph, n: ComputeNode, plan: NocPlan | None) -> list[tuple[int, object]]:
@@ -262,32 +348,6 @@ def host_views(sg: SpatialGraph, n: ComputeNode, plan: NocPlan | None) -> list[t
     return [(k, ly.inputs[k]) for k in ks if not (k == 0 and fed)]
 
 
-def _mismatched_pairs(sg: SpatialGraph, plan: NocPlan) -> set[tuple[int, int]]:
-    """Core pairs (P, C) whose send order on P differs from the recv order on C."""
-    sent: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
-    got: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
-    for core, nodes in sg.nodes_by_core().items():
-        for n in nodes:
-            ms = plan.targets.get(n.id)
-            if ms:
-                w = plan.width[n.layer]
-                for oy in range(n.p0 // w, (n.p1 - 1) // w + 1):
-                    xa, xb = max(n.p0, oy * w) - oy * w, min(n.p1, (oy + 1) * w) - oy * w
-                    for m in ms:
-                        _, rowset, x0, x1 = plan.rows[m.id]
-                        if oy in rowset and max(xa, x0) < min(xb, x1):
-                            sent.setdefault((core, m.core), []).append((n.id, m.id, oy))
-            if unit_of(n) in plan.fed:
-                prod = plan.producers[plan.producer_layer[n.layer]]
-                w = plan.width[plan.producer_layer[n.layer]]
-                rows, _, x0, x1 = plan.rows[n.id]
-                for iy in rows:
-                    for p in prod:
-                        if max(iy * w + x0, p.p0) < min(iy * w + x1, p.p1):
-                            got.setdefault((p.core, core), []).append((p.id, n.id, iy))
-    return {k for k in set(sent) | set(got) if sent.get(k) != got.get(k)}
-
-
 @dataclass(frozen=True)
 class NocDataflowPass:
     """Attach the NoC plan to the graph (`sg.noc`); lowering and synchronization follow it."""
@@ -296,7 +356,7 @@ class NocDataflowPass:
 
     def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
         out = replace(sg)
-        out.noc = plan_noc(sg, arch.element_bytes)
+        out.noc = plan_noc(sg, arch.element_bytes, arch.core.local_memory.memory_size)
         return out
 
 
@@ -373,14 +433,13 @@ def step_need(sg: SpatialGraph, n: ComputeNode, s: Step) -> list[tuple[int, int]
 
 @dataclass(frozen=True, slots=True)
 class Comm:
-    """A send (to `peer`) of output row `row` columns [x0, x1), or a recv (from `peer`) of input
-    row `row` columns [x0, x1) into the node's ring."""
+    """A send (to `peer`) or recv (from `peer`) of `size` bytes at local address `addr` (a
+    producer's persistent output row, or a fed node's input row slot)."""
 
     send: bool
     peer: int
-    row: int
-    x0: int
-    x1: int
+    addr: int
+    size: int
 
 
 class OrderStuck(Exception):
@@ -393,6 +452,22 @@ class OrderStuck(Exception):
 
 
 INF = float("inf")
+
+
+def _runs(mask: int) -> list[tuple[int, int]]:
+    """[start, end) runs of set bits of `mask`."""
+    out = []
+    x = 0
+    while mask >> x:
+        if not (mask >> x) & 1:
+            low = (mask >> x) & -(mask >> x)
+            x += low.bit_length() - 1
+            continue
+        inv = ~(mask >> x)
+        length = (inv & -inv).bit_length() - 1
+        out.append((x, x + length))
+        x += length
+    return out
 
 
 def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[Comm]]:
@@ -423,6 +498,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     prev_in_slot: dict[tuple[int, int], int] = {}
     last_use: dict[tuple[int, int], int] = {}
     have: dict[tuple[int, int], int] = {}  # (node, row) -> bit mask of received columns
+    want: dict[tuple[int, int], int] = {}  # (node, row) -> bit mask of the columns it reads
     for n in sg.nodes:
         if not plan.is_fed(n):
             continue
@@ -430,8 +506,9 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         need[n.id] = [step_need(sg, n, s) for s in steps[n.id]]
         seen: dict[int, int] = {}  # slot -> last row loaded there
         for j, rows in enumerate(need[n.id]):
-            for r, _ in rows:
+            for r, mask in rows:
                 last_use[n.id, r] = j
+                want[n.id, r] = want.get((n.id, r), 0) | mask
                 if (n.id, r) not in have:
                     prev_in_slot[n.id, r] = seen.get(r % kh, -1)
                     seen[r % kh] = r
@@ -443,6 +520,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     gang = {m.id: ms for ms in trees.values() for m in ms}
 
     comm: dict[tuple[int, int], list[Comm]] = {}
+    pos = {n.id: i for ns in by_core.values() for i, n in enumerate(ns)}
     ev: dict[int, dict[int, int]] = {c: {} for c in cores}
     ni = dict.fromkeys(cores, 0)  # index of the current node
     k = dict.fromkeys(cores, 0)  # steps of the current node done
@@ -492,22 +570,33 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             return not pending[c] and waits_ok(c, sg.tokens_end.get(c, []))
         j = k[c]
         if j == len(steps[n.id]):
-            return not pending[c]
-        if pending[c]:
+            return True  # rows still to send stay in the node's persistent output rows
+        if pending[c] and n.id in plan.out_rows:
             keep = plan.out_rows[n.id]
             oy = steps[n.id][j].oy
-            if any(msg[2] <= oy - keep for msg in pending[c].values()):
+            if any(msg[0] is n and msg[2] <= oy - keep for msg in pending[c].values()):
                 return False
         if not waits_ok(c, before(n, j)):
             return False
         return n.id not in need or all(have[n.id, r] & m == m for r, m in need[n.id][j])
 
     def slot_free(m: ComputeNode, r: int) -> bool:
+        """The persistent slot of row r of fed node m holds no row m still reads."""
         d = m.core
-        if current(d) is not m:
+        at = pos[m.id]
+        if at < ni[d]:
             return False
         p = prev_in_slot[m.id, r]
-        return p < 0 or last_use[m.id, p] < k[d]
+        return p < 0 or (at == ni[d] and last_use[m.id, p] < k[d])
+
+    def key(c: int) -> tuple[int, int]:
+        """The message slot core c is in: after step k of its current node, or the end of its
+        last node once all its nodes ran."""
+        n = current(c)
+        if n is None:
+            n = by_core[c][-1]
+            return (n.id, len(steps[n.id]))
+        return (n.id, k[c])
 
     def push(when: float, what: str, cs: tuple[int, ...], arg=None) -> None:
         nonlocal seq
@@ -580,10 +669,9 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         k[c] = j + 1
         if plan.targets.get(n.id):
             w = plan.width[n.layer]
+            seg = (1 << (s.pb - s.oy * w)) - (1 << (s.pa - s.oy * w))
             for m in plan.targets[n.id]:
-                _, rowset, x0, x1 = plan.rows[m.id]
-                a, b = max(s.pa - s.oy * w, x0), min(s.pb - s.oy * w, x1)
-                if s.oy in rowset and a < b:
+                for a, b in _runs(seg & want.get((m.id, s.oy), 0)):
                     nonlocal_mid[0] += 1
                     pending[c][nonlocal_mid[0]] = (n, m, s.oy, a, b, j)
                     inbound[m.core].add(c)
@@ -612,10 +700,15 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             if mid not in pending[p]:
                 continue
             n, m, r, x0, x1, _ = pending[p].pop(mid)
-            comm.setdefault((n.id, k[p]), []).append(Comm(True, d, r, x0, x1))
-            comm.setdefault((m.id, k[d]), []).append(Comm(False, p, r, x0, x1))
+            px = sg.layers[n.layer].cols * eb
+            size = (x1 - x0) * px
+            oy0 = n.p0 // plan.width[n.layer]
+            src = plan.out_base[n.id] + ((r - oy0) % plan.out_rows[n.id]) * plan.out_row_bytes[n.id]
+            dst = plan.ring_base[m.id] + (r % plan.ring_rows[m.id]) * plan.ring_row_bytes[m.id]
+            dst += (x0 + plan.ring_pad[m.id]) * px
+            comm.setdefault(key(p), []).append(Comm(True, d, src + x0 * px, size))
+            comm.setdefault(key(d), []).append(Comm(False, p, dst, size))
             have[m.id, r] |= (1 << x1) - (1 << x0)
-            size = (x1 - x0) * sg.layers[n.layer].cols * eb
             t[p] = t[d] = when + flits(arch, size) * link_latency_ns(arch, p, d)
             if not any(msg[1].core == d for msg in pending[p].values()):
                 inbound[d].discard(p)

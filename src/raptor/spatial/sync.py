@@ -1,5 +1,11 @@
 """Synchronization: sync/wait tokens that order producers and consumers of host buffers.
 
+Only host-memory data needs tokens. An edge the NoC dataflow carries (spatial/noc.py) is ordered
+by its send/recv rendezvous and needs none, also across pipeline rounds (a consumer receives round
+r+1's rows only after its own program restarted), so tokens guard what stays in host memory:
+buffers with a host reader (residuals, flattened or concatenated views, edges the NoC cannot
+carry), their lifetime across rounds (credits) and the restart of their writers.
+
 Data tokens: for each host buffer B and each core C that reads B, every other core P that writes B
 executes `sync ev, C` after its last node writing B, and C executes `wait ev, |P|` before its first
 node reading B (one event register of C per buffer). With `bands=True` (Raptor) these buffer tokens
@@ -22,7 +28,8 @@ Network inputs/outputs need no tokens (the simulator streams them per round); a 
 read on one core needs none (in-order issue). Row-group reduction trees (NoC send/recv) order
 themselves by rendezvous. Deadlock freedom: every core runs its nodes in topological layer order, data waits
 only point to earlier layers of the same round, and an end-of-round credit wait only needs reads
-of the same round (induction on round, then layer).
+of the same round (induction on round, then layer); with NoC edges, the message order of
+spatial/noc.py simulates these tokens too, so tokens and messages share one global order.
 """
 
 from __future__ import annotations
