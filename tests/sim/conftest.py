@@ -19,10 +19,10 @@ def arch():
 
 @pytest.fixture(scope="session")
 def vgg8_tp(tmp_path_factory):
-    """vgg8 at 24x24 (the NoC dataflow pass fails at 16x16) compiled by Raptor for arch-a, throughput pipeline 2, and its traced run
+    """vgg8 at 16x16 compiled by Raptor for arch-a, throughput pipeline 2, and its traced run
     (send/recv, sync/wait, ld/st, two rounds): (dir, arch, program, report)."""
     d = tmp_path_factory.mktemp("vgg8")
-    model = save_model("vgg8", d / "vgg8.onnx", input_size=24)
+    model = save_model("vgg8", d / "vgg8.onnx", input_size=16)
     arch = load_arch("arch-a")
     compile_to_dir(model, arch, CompileOptions(mode="throughput", pipeline=2), d / "out")
     prog = read_pimdir(d / "out" / "pim")
