@@ -13,17 +13,21 @@ from typing import Any
 import numpy as np
 
 from raptor.errors import SimulationError
-from raptor.sim.trace import KIND_COUNTER, MVMUL, TRACK_STRIDE, VECTOR, slice_layers
+from raptor.sim.trace import KIND_COUNTER, MVMUL, TRACK_STRIDE, VECTOR, slice_spans
 
 _STALL = np.array([c.startswith("stall_") for c in KIND_COUNTER])
 LAYERS_FILE = "layers.json"
+LAYERS_FORMAT = 2  # layers.json of another format is recomputed, never misread
 
 
 def layer_rows(report, meta: dict, compile_report: dict) -> list[dict[str, Any]]:
     """One row per layer in program order. Measured figures are per inference (throughput mode:
-    totals over the run / pipeline): busy_max_core_ns is the largest busy time (matrix + vector +
-    transfer) of the layer on one core, the measured counterpart of the planner's estimate (its
-    slowest node); busy_ns and stall_ns sum over its cores; start_ns/end_ns bound its matrix and vector slices (over all rounds), when it computes."""
+    totals over the run / pipeline): busy_max_node_ns is the largest busy time (matrix + vector +
+    transfer) of one of the layer's compute nodes, the measured counterpart of the planner's
+    estimate (its slowest node); busy_max_core_ns is the same summed per core (a core may hold
+    several of the layer's nodes), what bounds a pipeline; busy_ns and stall_ns sum over its
+    cores; start_ns/end_ns bound its matrix and vector slices (over all rounds), when it
+    computes."""
     spans = meta.get("layer_spans")
     if not spans:
         raise SimulationError(
@@ -32,7 +36,7 @@ def layer_rows(report, meta: dict, compile_report: dict) -> list[dict[str, Any]]
         )
     names = spans["layers"]
     s = report.trace.arrays()
-    layer = slice_layers(s, meta, len(report.per_core))
+    layer, span = slice_spans(s, meta)
     core = s["track"] % TRACK_STRIDE
     stall = _STALL[s["kind"]]
     rounds = max(1, report.pipeline)
@@ -41,6 +45,11 @@ def layer_rows(report, meta: dict, compile_report: dict) -> list[dict[str, Any]]
     stalls = np.zeros(n)
     keep = layer >= 0
     np.add.at(busy, (layer[keep & ~stall], core[keep & ~stall]), s["busy"][keep & ~stall])
+    node_busy = np.bincount(span[keep & ~stall], weights=s["busy"][keep & ~stall])
+    node_layer = np.full(len(node_busy), -1, dtype=np.int64)
+    node_layer[span[keep]] = layer[keep]
+    busy_node = np.zeros(n)
+    np.maximum.at(busy_node, node_layer[node_layer >= 0], node_busy[node_layer >= 0])
     np.add.at(stalls, layer[keep & stall], s["busy"][keep & stall])
     start = np.full(n, np.inf)
     end = np.full(n, -np.inf)
@@ -59,6 +68,7 @@ def layer_rows(report, meta: dict, compile_report: dict) -> list[dict[str, Any]]
                 "replicas": reps.get(name),
                 "cores": len(cores[name]) if name in cores else None,
                 "estimated_ns": est.get(name),
+                "busy_max_node_ns": float(busy_node[i]) / rounds,
                 "busy_max_core_ns": float(busy[i].max()) / rounds,
                 "busy_ns": float(busy[i].sum()) / rounds,
                 "stall_ns": float(stalls[i]) / rounds,
@@ -83,7 +93,7 @@ def _span_cores(spans: dict) -> dict[str, list[int]]:
 
 
 def format_layer_rows(rows: list[dict[str, Any]], title: str = "") -> str:
-    """The per-layer table as text; the layer with the largest per-core busy time is marked."""
+    """The per-layer table as text; the layer with the largest busy time on one core is marked."""
     top = max(range(len(rows)), key=lambda i: rows[i]["busy_max_core_ns"], default=-1)
     width = max([len(r["layer"]) for r in rows] + [5])
 
@@ -95,20 +105,23 @@ def format_layer_rows(rows: list[dict[str, Any]], title: str = "") -> str:
 
     lines = [title] if title else []
     lines.append(
-        f"{'layer':<{width}} {'replicas':>8} {'cores':>5} {'est. us':>9} {'busy/core us':>12} "
+        f"{'layer':<{width}} {'replicas':>8} {'cores':>5} {'est. us':>9} {'busy/node us':>12} "
+        f"{'busy/core us':>12} "
         f"{'busy us':>10} {'stall us':>10} {'runs from..to us':>22}"
     )
     for i, r in enumerate(rows):
         span = f"{f(r['start_ns'])}..{f(r['end_ns'])}" if r["start_ns"] is not None else "not run"
         lines.append(
             f"{r['layer']:<{width}} {i_(r['replicas']):>8} {i_(r['cores']):>5} "
-            f"{f(r['estimated_ns']):>9} {f(r['busy_max_core_ns']):>12} {f(r['busy_ns']):>10} "
+            f"{f(r['estimated_ns']):>9} {f(r['busy_max_node_ns']):>12} "
+            f"{f(r['busy_max_core_ns']):>12} {f(r['busy_ns']):>10} "
             f"{f(r['stall_ns']):>10} {span:>22}" + ("  <- bottleneck" if i == top else "")
         )
     lines.append(
-        "busy/core: the layer's largest busy time (matrix + vector + transfer) on one core, per "
-        "inference; est.: the planner's estimate of its slowest node; runs from..to: first and "
-        "last matrix/vector slice (over all rounds)"
+        "per inference; est.: the planner's estimate of the layer's slowest node; busy/node: the "
+        "largest busy time (matrix + vector + transfer) measured on one of its nodes; busy/core: "
+        "the same summed per core (a core can hold several nodes); busy, stall: over all its "
+        "cores; runs from..to: first and last matrix/vector slice (over all rounds)"
     )
     return "\n".join(lines)
 
@@ -117,14 +130,15 @@ def write_layers(case_dir: str | Path, rows: list[dict[str, Any]], sim: dict) ->
     """layers.json in the case directory (temporary file, then rename)."""
     path = Path(case_dir) / LAYERS_FILE
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps({"simulation": sim, "layers": rows}, indent=1) + "\n")
+    data = {"format": LAYERS_FORMAT, "simulation": sim, "layers": rows}
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
     os.replace(tmp, path)
     return path
 
 
 def case_layers(case_dir: str | Path) -> tuple[list[dict[str, Any]], str]:
     """The per-layer rows of a compiled case directory (pim/ and compile_report.json): read from
-    layers.json when it is newer than the program, else simulated now (traced, for the mode and
+    layers.json when it is newer than the program and of this format, else simulated now (traced, for the mode and
     pipeline the program was compiled for) and written there. Returns rows and a title."""
     from raptor.arch import load_arch
     from raptor.isa.pimdir import read_pimdir
@@ -141,8 +155,12 @@ def case_layers(case_dir: str | Path) -> tuple[list[dict[str, Any]], str]:
         )
     path = case_dir / LAYERS_FILE
     if path.is_file() and path.stat().st_mtime >= cfg.stat().st_mtime:
-        data = json.loads(path.read_text())
-        return data["layers"], _title(data["simulation"])
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            data = {}
+        if data.get("format") == LAYERS_FORMAT:
+            return data["layers"], _title(data["simulation"])
     prog = read_pimdir(case_dir / "pim")
     meta = prog.meta
     if not meta.get("layer_spans"):

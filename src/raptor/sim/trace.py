@@ -228,9 +228,18 @@ MERGED = 13  # a merged run of any slices of one layer (if still past the cap)
 
 def slice_layers(slices: np.ndarray, meta: dict, core_cnt: int) -> np.ndarray:
     """Layer index of every slice (its first instruction's layer span), -1 where none."""
+    return slice_spans(slices, meta)[0]
+
+
+def slice_spans(slices: np.ndarray, meta: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Layer index and span id of every slice (-1, -1 outside any span). A span is one compute
+    node of the compiler (a core's consecutive instructions of one node); ids are unique over
+    the cores."""
     cores = (meta.get("layer_spans") or {}).get("cores", {})
-    out = np.full(len(slices), -1, dtype=np.int64)
+    layer = np.full(len(slices), -1, dtype=np.int64)
+    span = np.full(len(slices), -1, dtype=np.int64)
     tracks = slices["track"] % TRACK_STRIDE
+    base = 0
     for core in np.unique(tracks):
         spans = cores.get(f"core{int(core)}")
         if not spans:
@@ -238,8 +247,11 @@ def slice_layers(slices: np.ndarray, meta: dict, core_cnt: int) -> np.ndarray:
         arr = np.asarray(spans, dtype=np.int64)
         m = tracks == core
         i = np.searchsorted(arr[:, 0], slices["pc"][m], side="right") - 1
-        out[m] = np.where(i >= 0, arr[np.maximum(i, 0), 1], -1)
-    return out
+        ly = np.where(i >= 0, arr[np.maximum(i, 0), 1], -1)
+        layer[m] = ly
+        span[m] = np.where(ly >= 0, base + i, -1)
+        base += len(arr)
+    return layer, span
 
 
 def _merge(
