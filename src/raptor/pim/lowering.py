@@ -861,12 +861,16 @@ def _messages(ctx: LowerCtx, node: ComputeNode, reg: int):
     slots = noc.comm if noc is not None else {}
 
     def records(k: int | None) -> list[np.ndarray]:
-        out = []
-        for m in slots.get((node.id, k), ()) if k is not None else ():
-            out.append(_sldi(reg, m.addr))
-            op = Opcode.SEND if m.send else Opcode.RECV
-            out.append(make(op, rd=reg, r2_or_imm=m.peer, generic3=m.size))
-        return out
+        ms = slots.get((node.id, k), ()) if k is not None else ()
+        if not ms:
+            return []
+        n = len(ms)
+        addr = np.fromiter((m.addr for m in ms), np.int64, n)
+        peer = np.fromiter((m.peer for m in ms), np.int64, n)
+        size = np.fromiter((m.size for m in ms), np.int64, n)
+        op = np.where(np.fromiter((m.send for m in ms), bool, n), Opcode.SEND, Opcode.RECV)
+        sldi = make(Opcode.SLDI, n, rd=reg, r2_or_imm=addr)
+        return [interleave([sldi, make(op, n, rd=reg, r2_or_imm=peer, generic3=size)])]
 
     return records
 

@@ -136,7 +136,9 @@ def write_layers(case_dir: str | Path, rows: list[dict[str, Any]], sim: dict) ->
     return path
 
 
-def case_layers(case_dir: str | Path) -> tuple[list[dict[str, Any]], str]:
+def case_layers(
+    case_dir: str | Path, arch=None, force_target: bool = False
+) -> tuple[list[dict[str, Any]], str]:
     """The per-layer rows of a compiled case directory (pim/ and compile_report.json): read from
     layers.json when it is newer than the program and of this format, else simulated now (traced, for the mode and
     pipeline the program was compiled for) and written there. Returns rows and a title."""
@@ -165,14 +167,17 @@ def case_layers(case_dir: str | Path) -> tuple[list[dict[str, Any]], str]:
     meta = prog.meta
     if not meta.get("layer_spans"):
         layer_rows(None, meta, {})  # raises the one-line reason
-    mode = meta.get("mode", "latency")
-    pipeline = int(meta.get("pipeline", 1)) if mode == "throughput" else 1
-    report = simulate(prog, load_arch(meta["arch"]), mode=mode, pipeline=pipeline, trace=True)
+    if prog.target is None and arch is None:  # no target record: what config.json says
+        mode = meta.get("mode", "latency")
+        pipeline = int(meta.get("pipeline", 1)) if mode == "throughput" else 1
+        report = simulate(prog, load_arch(meta["arch"]), mode, pipeline, trace=True)
+    else:  # the record's target (raptor.isa.target), checked against --arch
+        report = simulate(prog, arch, trace=True, force_target=force_target)
     rows = layer_rows(report, meta, json.loads(rep_path.read_text()))
     sim = {
-        "arch": meta["arch"],
-        "mode": mode,
-        "pipeline": pipeline,
+        "arch": report.target.get("arch", meta.get("arch")) if report.target else meta["arch"],
+        "mode": report.mode,
+        "pipeline": report.pipeline,
         "latency_ns": report.latency_ns,
         "throughput_per_s": report.throughput_per_s,
     }

@@ -92,11 +92,12 @@ class NocPlan:
     """Fed consumer units and the message geometry that both sides of an edge lower."""
 
     fed: set[Unit] = field(default_factory=set)
-    producer_layer: dict[int, int] = field(default_factory=dict)  # consumer layer -> producer
+    sources: dict[int, list[Source]] = field(default_factory=dict)  # consumer layer -> sources
     width: dict[int, int] = field(default_factory=dict)  # producer layer -> output row width
     producers: dict[int, list[ComputeNode]] = field(default_factory=dict)  # root nodes by p0
     rows: dict[int, tuple[list[int], frozenset[int], int, int]] = field(default_factory=dict)
-    targets: dict[int, list[ComputeNode]] = field(default_factory=dict)  # producer id -> fed
+    # producer node id -> (fed consumer node, index of the source in its layer's sources)
+    targets: dict[int, list[tuple[ComputeNode, int]]] = field(default_factory=dict)
     senders: set[Unit] = field(default_factory=set)  # units of producers with targets
     host_buffers: set[str] = field(default_factory=set)  # activation buffers with a host reader
     ring_rows: dict[int, int] = field(default_factory=dict)  # fed node -> input row slots
@@ -125,63 +126,83 @@ class NocPlan:
         u = unit_of(n)
         return u in self.fed or u in self.senders
 
-    def pieces(self, m: ComputeNode, iy: int) -> list[tuple[int, int, int]]:
-        """(producer core, x0, x1) segments of input row iy that fed consumer m receives, by
-        producer pixel."""
+    def pieces(self, m: ComputeNode, iy: int) -> list[tuple[int, int, int, int]]:
+        """(producer core, x0, x1, source) segments of input row iy that fed node m receives."""
         _, _, x0, x1 = self.rows[m.id]
-        lp = self.producer_layer[m.layer]
-        w = self.width[lp]
-        lo, hi = iy * w + x0, iy * w + x1
         out = []
-        for n in self.producers[lp]:
-            a, b = max(lo, n.p0), min(hi, n.p1)
-            if a < b:
-                out.append((n.core, a - iy * w, b - iy * w))
-        return out
-
-    def sends(self, n: ComputeNode, oy: int, xa: int, xb: int) -> list[tuple[int, int, int]]:
-        """(consumer core, x0, x1) segments of output row oy (columns [xa, xb), computed by
-        producer n) that n sends, in canonical consumer order."""
-        out = []
-        for m in self.targets.get(n.id, ()):
-            _, rowset, x0, x1 = self.rows[m.id]
-            a, b = max(xa, x0), min(xb, x1)
-            if oy in rowset and a < b:
-                out.append((m.core, a, b))
+        for si, src in enumerate(self.sources[m.layer]):
+            w = self.width[src.layer]
+            lo, hi = iy * w + x0, iy * w + x1
+            for n in self.producers[src.layer]:
+                a, b = max(lo, n.p0), min(hi, n.p1)
+                if a < b:
+                    out.append((n.core, a - iy * w, b - iy * w, si))
         return out
 
     def fed_by(self, m: ComputeNode) -> set[int]:
         """Producer cores of a fed consumer node."""
-        return {c for iy in self.rows[m.id][0] for c, _, _ in self.pieces(m, iy)}
+        return {p[0] for iy in self.rows[m.id][0] for p in self.pieces(m, iy)}
 
 
-def noc_edges(sg: SpatialGraph) -> dict[int, int]:
-    """Consumer layer -> producer layer of every edge the NoC can carry (module docstring): the
-    consumer reads, over a line buffer, exactly the output view of one producer layer that
-    computes every output channel of its rows in order. Needs tiling (column slices)."""
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Channels [c0, c0 + channels) of producer `layer`'s output rows are channels
+    [dst, dst + channels) of a consumer's input pixel (the whole pixel on both sides for a plain
+    edge; a channel slice for a concat slot or a merged sibling's view)."""
+
+    layer: int
+    c0: int
+    dst: int
+    channels: int
+
+
+def noc_edges(sg: SpatialGraph) -> dict[int, list[Source]]:
+    """Consumer layer -> sources of every input the NoC can carry (module docstring): the consumer
+    reads its window input over a line buffer, and every channel of that view is written, with the
+    same pixel geometry, by producer layers that compute all their output channels row by row
+    (a GEMM over full columns or a pool). One producer writing the exact view is a plain edge;
+    concat slots and merged siblings' channel views give channel-slice sources. Needs tiling."""
     writers: dict[str, list[Layer]] = {}
     for ly in sg.layers:
         writers.setdefault(ly.output.buffer, []).append(ly)
-    full = {
+    sliced = {
         n.layer
         for n in sg.nodes
         if n.kind == NodeKind.MVM and (n.c0, n.c1) != (0, sg.layers[n.layer].cols)
     }
+
+    def producer_ok(lp: Layer) -> bool:
+        if lp.kind == LayerKind.GEMM:
+            return mvm_lines_ok(lp) and lp.index not in sliced
+        return pool_lines_ok(lp)
+
     out = {}
     for lc in sg.layers:
         v = lc.inputs[0]
-        if not (mvm_lines_ok(lc) or pool_lines_ok(lc)):
+        if not (mvm_lines_ok(lc) or pool_lines_ok(lc)) or v.chw is not None:
             continue
-        ws = writers.get(v.buffer, [])
-        if len(ws) != 1 or ws[0].output != v or ws[0].index >= lc.index:
-            continue
-        lp = ws[0]
         if sg.buffers[v.buffer].role not in (BufferRole.ACT, BufferRole.OUTPUT):
             continue
-        if (lp.kind == LayerKind.GEMM and mvm_lines_ok(lp) and lp.index not in full) or (
-            lp.kind != LayerKind.GEMM and pool_lines_ok(lp)
-        ):
-            out[lc.index] = lp.index
+        srcs, covered = [], 0
+        for lp in writers.get(v.buffer, []):
+            o = lp.output
+            lo = max(v.channel_offset, o.channel_offset)
+            hi = min(v.channel_offset + v.channels, o.channel_offset + o.channels)
+            if lo >= hi:
+                continue
+            same = (o.height, o.width, o.pixel_stride, o.chw) == (
+                v.height,
+                v.width,
+                v.pixel_stride,
+                None,
+            )
+            if not same or lp.index >= lc.index or not producer_ok(lp):
+                break
+            srcs.append(Source(lp.index, lo - o.channel_offset, lo - v.channel_offset, hi - lo))
+            covered += hi - lo
+        else:
+            if srcs and covered == v.channels:
+                out[lc.index] = srcs
     return out
 
 
@@ -191,15 +212,17 @@ def plan_noc(sg: SpatialGraph, element_bytes: int, local_bytes: int = 1 << 20) -
     for n in sg.nodes:
         by_layer.setdefault(n.layer, []).append(n)
     plan = NocPlan(element_bytes=element_bytes, local_bytes=local_bytes)
-    for ci, pi in noc_edges(sg).items():
-        lc, lp = sg.layers[ci], sg.layers[pi]
-        if lp.kind == LayerKind.GEMM:
-            roots = [n for n in by_layer.get(lp.index, []) if n.row_group == 0]
-        else:
-            roots = list(by_layer.get(lp.index, []))
-        plan.producer_layer[lc.index] = lp.index
-        plan.width[lp.index] = lp.output.width
-        plan.producers[lp.index] = sorted(roots, key=lambda n: n.p0)
+    for ci, srcs in noc_edges(sg).items():
+        lc = sg.layers[ci]
+        plan.sources[ci] = srcs
+        for src in srcs:
+            lp = sg.layers[src.layer]
+            if lp.kind == LayerKind.GEMM:
+                roots = [n for n in by_layer.get(lp.index, []) if n.row_group == 0]
+            else:
+                roots = list(by_layer.get(lp.index, []))
+            plan.width[lp.index] = lp.output.width
+            plan.producers[lp.index] = sorted(roots, key=lambda n: n.p0)
         units: dict[Unit, list[ComputeNode]] = {}
         for m in by_layer.get(lc.index, []):
             rows, x0, x1 = input_rows(sg, m)
@@ -262,12 +285,12 @@ def _targets(sg: SpatialGraph, plan: NocPlan) -> None:
         (m for m in sg.nodes if unit_of(m) in plan.fed), key=lambda m: (m.core, order[m.id])
     )
     for m in fed_nodes:
-        lp = plan.producer_layer[m.layer]
-        w = plan.width[lp]
         rows, _, x0, x1 = plan.rows[m.id]
-        for n in plan.producers[lp]:
-            if any(max(iy * w + x0, n.p0) < min(iy * w + x1, n.p1) for iy in rows):
-                plan.targets.setdefault(n.id, []).append(m)
+        for si, src in enumerate(plan.sources[m.layer]):
+            w = plan.width[src.layer]
+            for n in plan.producers[src.layer]:
+                if any(max(iy * w + x0, n.p0) < min(iy * w + x1, n.p1) for iy in rows):
+                    plan.targets.setdefault(n.id, []).append((m, si))
     plan.senders = {
         unit_of(n) for ns in plan.producers.values() for n in ns if n.id in plan.targets
     }
@@ -454,6 +477,36 @@ class OrderStuck(Exception):
 INF = float("inf")
 
 
+def _message(
+    sg: SpatialGraph,
+    plan: NocPlan,
+    n: ComputeNode,
+    m: ComputeNode,
+    src: Source,
+    r: int,
+    x0: int,
+    x1: int,
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(address, bytes) of the sends on n's core and of the matching recvs on m's core that move
+    columns [x0, x1) of row r from producer n's output rows into fed node m's input row: one
+    message when whole pixels move, one per pixel for a channel slice."""
+    eb = plan.element_bytes
+    cp = sg.layers[n.layer].cols  # channels of a producer's output row pixel
+    cc = sg.layers[m.layer].inputs[0].channels  # channels of a consumer's input row pixel
+    oy0 = n.p0 // plan.width[n.layer]
+    out = plan.out_base[n.id] + ((r - oy0) % plan.out_rows[n.id]) * plan.out_row_bytes[n.id]
+    ring = plan.ring_base[m.id] + (r % plan.ring_rows[m.id]) * plan.ring_row_bytes[m.id]
+    pad = plan.ring_pad[m.id]
+    if src.channels == cp == cc:
+        size = (x1 - x0) * cp * eb
+        return [(out + x0 * cp * eb, size)], [(ring + (x0 + pad) * cc * eb, size)]
+    xs = range(x0, x1)
+    size = src.channels * eb
+    sends = [(out + (x * cp + src.c0) * eb, size) for x in xs]
+    recvs = [(ring + ((x + pad) * cc + src.dst) * eb, size) for x in xs]
+    return sends, recvs
+
+
 def _runs(mask: int) -> list[tuple[int, int]]:
     """[start, end) runs of set bits of `mask`."""
     out = []
@@ -492,12 +545,11 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     cores = sorted(by_core)
     steps = {n.id: node_steps(sg, n) for ns in by_core.values() for n in ns}
     lane = {n.id: lane_ns(arch, sg.layers[n.layer], n) for n in sg.nodes}
-    eb = arch.element_bytes
     # ring slots: rows a fed node loads, the previous row in the same slot, last step using it
     need: dict[int, list[list[tuple[int, int]]]] = {}
     prev_in_slot: dict[tuple[int, int], int] = {}
     last_use: dict[tuple[int, int], int] = {}
-    have: dict[tuple[int, int], int] = {}  # (node, row) -> bit mask of received columns
+    have: dict[tuple[int, int, int], int] = {}  # (node, row, source) -> received columns
     want: dict[tuple[int, int], int] = {}  # (node, row) -> bit mask of the columns it reads
     for n in sg.nodes:
         if not plan.is_fed(n):
@@ -509,10 +561,11 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             for r, mask in rows:
                 last_use[n.id, r] = j
                 want[n.id, r] = want.get((n.id, r), 0) | mask
-                if (n.id, r) not in have:
+                if (n.id, r) not in prev_in_slot:
                     prev_in_slot[n.id, r] = seen.get(r % kh, -1)
                     seen[r % kh] = r
-                    have[n.id, r] = 0
+                    for si in range(len(plan.sources[n.layer])):
+                        have[n.id, r, si] = 0
     trees: dict[Unit, list[ComputeNode]] = {}
     for n in sg.nodes:
         if n.kind == NodeKind.MVM and sg.layers[n.layer].row_groups > 1:
@@ -578,7 +631,10 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
                 return False
         if not waits_ok(c, before(n, j)):
             return False
-        return n.id not in need or all(have[n.id, r] & m == m for r, m in need[n.id][j])
+        if n.id not in need:
+            return True
+        nsrc = range(len(plan.sources[n.layer]))
+        return all(have[n.id, r, si] & m == m for r, m in need[n.id][j] for si in nsrc)
 
     def slot_free(m: ComputeNode, r: int) -> bool:
         """The persistent slot of row r of fed node m holds no row m still reads."""
@@ -670,10 +726,10 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         if plan.targets.get(n.id):
             w = plan.width[n.layer]
             seg = (1 << (s.pb - s.oy * w)) - (1 << (s.pa - s.oy * w))
-            for m in plan.targets[n.id]:
+            for m, si in plan.targets[n.id]:
                 for a, b in _runs(seg & want.get((m.id, s.oy), 0)):
                     nonlocal_mid[0] += 1
-                    pending[c][nonlocal_mid[0]] = (n, m, s.oy, a, b, j)
+                    pending[c][nonlocal_mid[0]] = (n, m, s.oy, a, b, si)
                     inbound[m.core].add(c)
                     woke.add(m.core)
 
@@ -699,17 +755,13 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             p, d = cs
             if mid not in pending[p]:
                 continue
-            n, m, r, x0, x1, _ = pending[p].pop(mid)
-            px = sg.layers[n.layer].cols * eb
-            size = (x1 - x0) * px
-            oy0 = n.p0 // plan.width[n.layer]
-            src = plan.out_base[n.id] + ((r - oy0) % plan.out_rows[n.id]) * plan.out_row_bytes[n.id]
-            dst = plan.ring_base[m.id] + (r % plan.ring_rows[m.id]) * plan.ring_row_bytes[m.id]
-            dst += (x0 + plan.ring_pad[m.id]) * px
-            comm.setdefault(key(p), []).append(Comm(True, d, src + x0 * px, size))
-            comm.setdefault(key(d), []).append(Comm(False, p, dst, size))
-            have[m.id, r] |= (1 << x1) - (1 << x0)
-            t[p] = t[d] = when + flits(arch, size) * link_latency_ns(arch, p, d)
+            n, m, r, x0, x1, si = pending[p].pop(mid)
+            sends, recvs = _message(sg, plan, n, m, plan.sources[m.layer][si], r, x0, x1)
+            comm.setdefault(key(p), []).extend(Comm(True, d, a, z) for a, z in sends)
+            comm.setdefault(key(d), []).extend(Comm(False, p, a, z) for a, z in recvs)
+            have[m.id, r, si] |= (1 << x1) - (1 << x0)
+            size = sum(z for _, z in sends)
+            t[p] = t[d] = when + (flits(arch, size) + len(sends) - 1) * link_latency_ns(arch, p, d)
             if not any(msg[1].core == d for msg in pending[p].values()):
                 inbound[d].discard(p)
             touch(p)
