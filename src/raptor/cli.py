@@ -34,6 +34,12 @@ def _cmd_arch_export_pimsim(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    if args.layers:
+        from raptor.sim.layers import case_layers, format_layer_rows
+
+        rows, title = case_layers(args.dir, _arch_or_none(args), args.force_target)
+        print(json.dumps(rows, indent=2) if args.json else format_layer_rows(rows, title))
+        return 0
     from raptor.isa.inspect import inspect_pimdir
 
     summary = inspect_pimdir(args.dir, _arch_or_none(args), force_target=args.force_target)
@@ -104,6 +110,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.engine == "pimsim-nn":
         from raptor.sim.pimsim_engine import run_pimsim
 
+        if args.trace:
+            raise RaptorError("--trace needs our simulator (--engine ours)")
+
         report = run_pimsim(
             args.dir,
             _arch_or_none(args),
@@ -115,6 +124,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     else:
         from raptor.sim import simulate_dir
 
+        if args.trace and not args.trace.endswith(".json"):
+            raise RaptorError(f"--trace {args.trace}: the trace file name must end in .json")
         report = simulate_dir(
             args.dir,
             _arch_or_none(args),
@@ -122,9 +133,17 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             pipeline=args.pipeline,
             inputs=args.inputs,
             force_target=args.force_target,
+            trace=bool(args.trace),
         )
     _warn_override(report.target_override)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.format())
+    if args.trace:
+        from raptor.isa.pimdir import read_config
+        from raptor.sim import find_pimdir
+        from raptor.sim.trace import save_trace
+
+        meta = read_config(find_pimdir(args.dir)).get("raptor", {})
+        print(save_trace(report, meta, args.trace), file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -221,6 +240,13 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("dir", help="a pim/ directory or its parent")
     add_target_args(ins, run=False)
     ins.add_argument("--json", action="store_true", help=json_help)
+    ins.add_argument(
+        "--layers",
+        action="store_true",
+        help="per-layer table of a compiled case directory: the plan (replicas, cores, estimated "
+        "ns) joined with measured busy/stall time (simulates once, writes DIR/layers.json; "
+        "default: off)",
+    )
     ins.set_defaults(func=_cmd_inspect)
 
     models = sub.add_parser("models", help="the model suite").add_subparsers(
@@ -306,6 +332,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: ours)",
     )
     sp.add_argument("--pimsim-bin", default=None, help="ChipTest binary (default: $PIMSIM_NN_BIN)")
+    sp.add_argument(
+        "--trace",
+        default=None,
+        metavar="FILE.json",
+        help="write a Perfetto / chrome://tracing timeline (and FILE.png, a cores x time heat "
+        "map) (default: no trace)",
+    )
     sp.set_defaults(func=_cmd_simulate)
 
     vp = sub.add_parser("validate", help="simulate and compare against onnxruntime")

@@ -1,6 +1,7 @@
 """The two scripts end to end on a small case (vgg8 at 16x16 on arch-a), through real processes."""
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -112,10 +113,36 @@ def test_runner_comparison_csv_and_reuse(tmp_path):
     assert (out / "results_comparison.png").is_file()
     ref = out / "vgg8" / "artifacts" / "common"
     stamp = {p.name: p.stat().st_mtime_ns for p in ref.iterdir()}
-    r2 = _run(RUNNER, "--out-dir", str(out), *SMALL, "--mode", "latency", "--only", "raptor")
+    case = out / "vgg8/artifacts/arch-a/latency/raptor"
+    assert not (case / "trace.json").exists()  # tracing only when asked
+    r2 = _run(
+        RUNNER, "--out-dir", str(out), *SMALL, "--mode", "latency", "--only", "raptor", "--trace"
+    )
     assert r2.returncode == 0
     assert {p.name: p.stat().st_mtime_ns for p in ref.iterdir()} == stamp  # reference data reused
     assert "cached artifacts reused" in (out / "vgg8/artifacts/arch-a/latency/case.log").read_text()
+    # --trace: the timeline, its heat map and the per-layer table beside sim_report.json
+    doc = json.loads((case / "trace.json").read_text())
+    assert any(e["ph"] == "X" for e in doc["traceEvents"])
+    assert (case / "timeline.png").read_bytes()[:4] == b"\x89PNG"
+    layers = json.loads((case / "layers.json").read_text())["layers"]
+    assert [r["layer"] for r in layers][:2] == ["features.conv0", "features.conv1"]
+    # inspect --layers prints that table, and recomputes the same figures without it
+    shown = subprocess.run(
+        [sys.executable, "-m", "raptor.cli", "inspect", str(case), "--layers", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(shown.stdout) == layers
+    (case / "layers.json").unlink()
+    again = subprocess.run(
+        [sys.executable, "-m", "raptor.cli", "inspect", str(case), "--layers", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(again.stdout) == layers and (case / "layers.json").is_file()
 
 
 def test_bad_extra_arg_is_an_error_row(tmp_path):

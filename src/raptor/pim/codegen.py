@@ -67,6 +67,7 @@ def generate(
     matrix_index: dict[tuple[int, int, int, int, int], int] = {}
     local_peak = [0] * n_cores
     host_ld: dict[str, int] = {}  # host bytes loaded per layer per inference
+    spans: dict[str, list[list[int]]] = {}  # per core: [first pc, layer index] of each node
     for core in range(n_cores):
         nodes = by_core.get(core, [])
         ags: list[int] = []
@@ -82,7 +83,9 @@ def generate(
         ]
         blocks += token_records(sg.tokens_start.get(core, []))
         blocks += noc_prologue(ctx, core)
+        core_spans = spans.setdefault(f"core{core}", [])
         for n in nodes:
+            core_spans.append([sum(len(b) for b in blocks), n.layer])
             ag_base = len(ags)
             if n.kind == NodeKind.MVM:
                 layer = sg.layers[n.layer]
@@ -110,6 +113,7 @@ def generate(
             host_ld[lname] = host_ld.get(lname, 0) + int(
                 code["generic3"][code["opcode"] == Opcode.LD].sum()
             )
+        core_spans.append([sum(len(b) for b in blocks), -1])
         blocks += token_records(sg.tokens_end.get(core, []))
         if sum(ags) > arch.crossbars_per_core:
             raise PassFailedError(
@@ -118,6 +122,7 @@ def generate(
         cores.append(concat(blocks))
         ag_map.append(ags)
         ag_weights.append(mats)
+    meta = {**meta, "layer_spans": {"layers": [ly.name for ly in sg.layers], "cores": spans}}
     prog = assemble_program(
         arch, sg, address, host_bytes, cores, ag_map, ag_weights, matrices, meta
     )

@@ -95,6 +95,9 @@ def compile_model(graph: Graph, arch: Arch, opts: CompileOptions):
     t0 = time.perf_counter()
     ag_map, ag_w, mats = weight_tables(plan)
     meta = {"compiler": "pimcomp", "arch": arch.name, "mode": opts.mode, "pipeline": opts.pipeline}
+    if stats.get("layer_spans"):  # HT only: LL interleaves layers per instruction group
+        layers = [ly.name for ly in plan.sg.layers]
+        meta["layer_spans"] = {"layers": layers, "cores": stats["layer_spans"]}
     prog = assemble_program(
         arch, plan.sg, plan.address, plan.host_bytes, cores, ag_map, ag_w, mats, meta
     )

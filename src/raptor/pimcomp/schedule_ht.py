@@ -216,9 +216,12 @@ def schedule_ht(plan: Plan, opts) -> tuple[list[np.ndarray], dict]:
     sg = synchronize(plan, nodes, opts.pipeline if opts.mode == "throughput" else 1)
     by_core = sg.nodes_by_core()
     cores, peak, count = [], [0] * arch.core_count, [0] * arch.core_count
+    spans: dict[str, list[list[int]]] = {}  # per core: [first pc, layer index] of each node
     for c in range(arch.core_count):
         segs = []
+        starts = []
         for n in by_core.get(c, []):
+            starts.append([sum(len(x) for x in segs), n.layer])
             code, top = lower(plan, n)
             peak[c] = max(peak[c], top)
             count[c] += 1
@@ -226,7 +229,11 @@ def schedule_ht(plan: Plan, opts) -> tuple[list[np.ndarray], dict]:
             segs.append(code)
             segs += token_records(sg.tokens_after.get(n.id, []))
         cores.append(finish_core(arch, segs, sg.tokens_start.get(c, [])))
+        if segs:  # finish_core puts its head before the segments
+            head = len(cores[-1]) - sum(len(x) for x in segs)
+            spans[f"core{c}"] = [[head + pc, ly] for pc, ly in starts]
     return cores, {
+        "layer_spans": spans,
         "local_memory_peak_bytes": peak,
         "nodes_per_core": count,
         "event_registers": sg.notes.get("event_registers", 0),

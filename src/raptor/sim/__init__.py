@@ -15,6 +15,7 @@ from raptor.isa.pimdir import PimProgram, read_pimdir
 from raptor.sim.engine import Engine
 from raptor.sim.memory import HostMemory
 from raptor.sim.report import CoreStats, SimReport
+from raptor.sim.trace import TraceRecorder, layer_bounds
 
 __all__ = [
     "SimReport",
@@ -76,9 +77,11 @@ def simulate(
     pipeline: int | None = None,
     inputs: list[dict[str, np.ndarray]] | None = None,
     force_target: bool = False,
+    trace: bool = False,
 ) -> SimReport:
     """Run prog on arch. Latency mode runs every core once; throughput mode runs every non-empty
-    core's program `pipeline` times, streaming input r to round r (docs/pim-format.md).
+    core's program `pipeline` times, streaming input r to round r (docs/pim-format.md). With
+    trace, the report's `trace` holds the run's TraceRecorder (raptor.sim.trace).
 
     arch, mode and pipeline default to the program's target record; one that contradicts it is
     refused unless force_target (then the report carries the override), and a program that does
@@ -115,7 +118,8 @@ def simulate(
     host = HostMemory(prog.memory, eb, in_regions, out_regions, rounds)
 
     t0 = time.perf_counter()
-    eng = Engine(prog, arch, rounds, host)
+    recorder = TraceRecorder(layer_bounds(meta, prog.core_cnt)) if trace else None
+    eng = Engine(prog, arch, rounds, host, trace=recorder)
     eng.run()
     wall = time.perf_counter() - t0
 
@@ -154,6 +158,7 @@ def simulate(
         noc_bytes_per_inference=eng.noc_bytes / rounds,
         target=target.to_dict(),
         target_override=target.override_lines(),
+        trace=recorder,
     )
 
 
@@ -194,6 +199,7 @@ def simulate_dir(
     pipeline: int | None = None,
     inputs: list[dict[str, np.ndarray]] | str | Path | None = None,
     force_target: bool = False,
+    trace: bool = False,
 ) -> SimReport:
     """Simulate a pim/ directory (or its parent). arch, mode and pipeline None: the program's own
     (pim/target.json; without one, arch is required, mode is latency and a throughput pipeline is
@@ -202,5 +208,11 @@ def simulate_dir(
     if isinstance(inputs, (str, Path)):
         inputs = load_inputs(inputs)
     return simulate(
-        prog, arch, mode=mode, pipeline=pipeline, inputs=inputs, force_target=force_target
+        prog,
+        arch,
+        mode=mode,
+        pipeline=pipeline,
+        inputs=inputs,
+        force_target=force_target,
+        trace=trace,
     )

@@ -48,6 +48,26 @@ from raptor.sim.energy import EnergyCounter, static_power_mw
 from raptor.sim.matrix import MatrixUnit
 from raptor.sim.memory import HostMemory, MemoryTiming
 from raptor.sim.report import CoreStats
+from raptor.sim.trace import (
+    FLOW_SEND,
+    FLOW_SYNC,
+    LD,
+    LOCAL,
+    MVMUL,
+    RECV,
+    SEND,
+    ST,
+    STALL_OF,
+    SUB_AG0,
+    SUB_TRANSFER,
+    SUB_VECTOR,
+    SYNC,
+    VECTOR,
+    WAIT,
+    TraceRecorder,
+    inside,
+    track_id,
+)
 from raptor.sim.transfer import Noc
 
 # event kinds
@@ -108,8 +128,16 @@ def _overlap(xs: tuple, ys: tuple) -> bool:
 class Engine:
     """One simulation of a PimProgram on an Arch for `rounds` rounds."""
 
-    def __init__(self, prog: PimProgram, arch: Arch, rounds: int, host: HostMemory) -> None:
+    def __init__(
+        self,
+        prog: PimProgram,
+        arch: Arch,
+        rounds: int,
+        host: HostMemory,
+        trace: TraceRecorder | None = None,
+    ) -> None:
         self.prog = prog
+        self.trace = trace  # None: untraced (the hot loop checks this once per instruction)
         self.arch = arch
         self.rounds = rounds
         self.host = host
@@ -120,6 +148,8 @@ class Engine:
         self.local = MemoryTiming(lm)  # cost cache shared by all cores (one port per core)
         self.gmem = MemoryTiming(arch.global_memory)
         self.noc = Noc(arch, prog.core_cnt)
+        if trace is not None:
+            self.noc.log = trace.noc
         self.vector = vec.VectorUnit(arch)
         self.heap: list[tuple] = []
         self.seq = 0
@@ -279,6 +309,8 @@ class Engine:
                 self._rendezvous(self.cores[a], self.cores[b], t)
         if not all(c.done for c in self.cores):
             self._deadlock()
+        if self.trace is not None:
+            self.trace.finish()
 
     def _deadlock(self) -> None:
         parts = []
@@ -307,6 +339,8 @@ class Engine:
         """A blocked shared-state instruction of core c completed at `end`: continue the core."""
         st = c.stats
         st.transfer_busy_ns += end - start - stall
+        if self.trace is not None:
+            self._trace_blocking(c, start, end, stall, stall_kind)
         if stall_kind == "sync":
             st.stall_sync_ns += stall
         elif stall_kind == "recv":
@@ -325,10 +359,26 @@ class Engine:
         c.pc += 1
         self._run(c)
 
+    _BLOCKING_KIND = {_LD: LD, _ST: ST, _SEND: SEND, _RECV: RECV, _WAIT: WAIT}
+
+    def _trace_blocking(
+        self, c: _Core, start: float, end: float, stall: float, stall_kind: str
+    ) -> None:
+        """A blocking instruction on its core's main track: its stall first, then its busy part."""
+        tr = self.trace
+        pc = c.pc
+        if stall > 0:
+            tr.stall(c.id, STALL_OF[stall_kind], start, start + stall, pc)
+        busy = end - start - stall
+        if busy > 0:
+            tr.add(c.id, self._BLOCKING_KIND[c.cols[0][pc]], start + stall, end, busy, pc)
+
     # ---------------------------------------------------------------- shared-state events
     def _mem_arrive(self, c: _Core, t: float) -> None:
         is_st, s, haddr, laddr, n, size = c.pend
         mstart, mend = self.gmem.reserve(t, size, is_st)
+        if self.trace is not None:
+            self.trace.gmem.append((t, mend))
         self.noc.switch_free[c.id] = mend  # transport mode: switch held until the response
         if is_st:
             self.host.write(haddr, c.local[laddr : laddr + n], c.rnd)
@@ -342,10 +392,15 @@ class Engine:
             c, s, end, mstart - t, "memory", RETIRE_CYCLES if is_st else FAST_RETIRE_CYCLES
         )
 
-    def _sync_arrive(self, d: _Core, ev: int) -> None:
+    def _sync_arrive(self, d: _Core, ev) -> None:
+        if self.trace is not None:  # traced: (event register, source core, sync time)
+            ev, src, t_sync = ev
         d.ev[ev] += 1
         if d.blocked == "wait" and d.pend[0] == ev and d.ev[ev] >= d.pend[1]:
             d.ev[ev] -= d.pend[1]
+            if self.trace is not None:
+                tk = src if self.cores[src].rob is None else track_id(src, SUB_TRANSFER)
+                self.trace.flow(FLOW_SYNC, tk, t_sync, d.id, inside(d.tf, self.now))
             self._resume(d, d.tf, self.now, self.now - d.tf, "sync")
 
     def _sender_ready(self, rcv: int, snd: int, t: float) -> None:
@@ -385,14 +440,18 @@ class Engine:
         lat = self.noc.link(snd.id, rcv.id)[0]
         data_ns = self.noc.nflits(size) * lat
         recv_end = a3 + wr
-        self._resume(snd, s_start, r_end, max(0.0, t - s_start - 2 * lat), "recv")
-        self._resume(
-            rcv,
-            r_start,
-            recv_end,
-            max(0.0, recv_end - r_start - rd - wr - data_ns - 2 * lat),
-            "recv",
-        )
+        s_stall = max(0.0, t - s_start - 2 * lat)
+        r_stall = max(0.0, recv_end - r_start - rd - wr - data_ns - 2 * lat)
+        if self.trace is not None:  # from inside the send's busy part to inside the recv's
+            self.trace.flow(
+                FLOW_SEND,
+                snd.id,
+                inside(s_start + s_stall, r_end),
+                rcv.id,
+                inside(r_start + r_stall, recv_end),
+            )
+        self._resume(snd, s_start, r_end, s_stall, "recv")
+        self._resume(rcv, r_start, recv_end, r_stall, "recv")
 
     # ---------------------------------------------------------------- the core loop
     def _run(self, c: _Core) -> None:
@@ -428,6 +487,8 @@ class Engine:
         e_m = e_v = e_l = 0.0
         rounds = self.rounds
         rob = c.rob
+        tr = self.trace
+        cid = c.id
         try:
             while True:
                 if pc >= n:
@@ -501,6 +562,8 @@ class Engine:
                     e_l += el
                     if rob is None:
                         te = s + dur + P3
+                        if tr is not None:
+                            tr.add(cid, MVMUL, s, s + dur, dur, pc)
                     else:
                         rr = ((a, a + rows),)
                         ww = ((d, d + cols),)
@@ -510,6 +573,8 @@ class Engine:
                         )
                         if end + P3 > te:
                             te = end + P3
+                        if tr is not None:
+                            tr.add(track_id(cid, SUB_AG0 + g), MVMUL, end - dur, end, dur, pc)
                 elif op <= _VEC_HI:
                     length = g3s[pc]
                     if length <= 0 or op in vec.UNSUPPORTED:
@@ -549,6 +614,8 @@ class Engine:
                     e_l += el
                     if rob is None:
                         te = s + lat + PF
+                        if tr is not None:
+                            tr.add(cid, VECTOR, s, s + lat, lat, pc)
                     else:
                         if op in vec.STRIDED:
                             rr = ((a, a + span),)
@@ -564,6 +631,8 @@ class Engine:
                         )
                         if end + PF > te:
                             te = end + PF
+                        if tr is not None:
+                            tr.add(track_id(cid, SUB_VECTOR), VECTOR, end - lat, end, lat, pc)
                 elif op == _LLDI or op == _LMV:
                     sel = g1s[pc]
                     off = g2s[pc]
@@ -593,12 +662,16 @@ class Engine:
                     e_l += e
                     if rob is None:
                         te = s + lat + PF
+                        if tr is not None:
+                            tr.add(cid, LOCAL, s, s + lat, lat, pc)
                     else:
                         ww = ((d, d + m),)
                         s = tf = self._rob_slot(c, s, UNIT_T, rr, ww)
                         end = self._rob_issue(c, s, UNIT_T, rr, ww, ((True, rl), (True, wl)), PF)
                         if end + PF > te:
                             te = end + PF
+                        if tr is not None:
+                            tr.add(track_id(cid, SUB_TRANSFER), LOCAL, end - lat, end, lat, pc)
                 elif op == _SYNC:
                     dst = imms[pc]
                     evr = g1s[pc]
@@ -609,7 +682,12 @@ class Engine:
                         s = tf = self._rob_slot(c, s, UNIT_T, (), ())
                         self._rob_issue(c, s, UNIT_T, (), (), ((False, P),), P3)
                     arr = self.noc.message(s, c.id, dst, 1)
-                    self._push(arr, EV_SYNC, dst, evr)
+                    if tr is None:
+                        self._push(arr, EV_SYNC, dst, evr)
+                    else:
+                        self._push(arr, EV_SYNC, dst, (evr, cid, s))
+                        tk = cid if rob is None else track_id(cid, SUB_TRANSFER)
+                        tr.add(tk, SYNC, s, s + P, P, pc)
                     busy_t += P
                     if s + P + P3 > te or rob is None:
                         te = s + P + P3

@@ -65,6 +65,7 @@ class SimReport:
     noc_bytes_per_inference: float = 0.0  # core-to-core send/recv bytes / inputs
     target: dict[str, Any] = field(default_factory=dict)  # raptor.isa.target.RunTarget.to_dict
     target_override: list[str] = field(default_factory=list)  # a forced run's loud warning
+    trace: Any = None  # traced runs: the raptor.sim.trace.TraceRecorder (not in to_dict)
 
     @property
     def instructions_per_s(self) -> float:

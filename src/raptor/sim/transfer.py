@@ -31,6 +31,7 @@ class Noc:
         self.energy_pj = 0.0
         self.inter_chip_bytes = 0  # bytes that crossed a chip boundary (flits x bus width)
         self.inter_chip_energy_pj = 0.0
+        self.log: list | None = None  # traced runs: (start, arrival, bytes) per message
 
     def link(self, src: int, dst: int) -> tuple[float, float, int, float]:
         key = (src, dst)
@@ -64,4 +65,6 @@ class Noc:
         self.switch_free[src] = arrival + hold_extra
         self.flits += k
         self.energy_pj += k * e
+        if self.log is not None:
+            self.log.append((start, arrival, k * self.bus))
         return arrival

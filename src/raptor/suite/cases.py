@@ -35,6 +35,7 @@ class CaseSpec:
     fast: bool = True
     seed: int = 0
     input_size: int | None = None
+    trace: bool = False  # also write trace.json, timeline.png and layers.json per compiler
 
     @property
     def key(self) -> str:

@@ -138,10 +138,14 @@ def run_compiler(spec: CaseSpec, compiler: str, log: io.StringIO) -> CompilerRes
     arch = load_arch(spec.arch)
     t0 = time.perf_counter()
     prog = read_pimdir(out / "pim")
-    sim = simulate(prog, arch, mode=spec.mode, pipeline=spec.pipeline, inputs=ref.inputs)
+    sim = simulate(
+        prog, arch, mode=spec.mode, pipeline=spec.pipeline, inputs=ref.inputs, trace=spec.trace
+    )
     res.simulate_s = time.perf_counter() - t0
     _atomic_json(out / "sim_report.json", sim.to_dict())
     log.write(f"simulate: {res.simulate_s:.2f} s\n{sim.format()}\n")
+    if spec.trace:
+        _write_trace(sim, prog.meta, report, out, log)
     verdict = compare_outputs(sim.outputs, ref.outputs)
     _atomic_json(out / "validation.json", verdict.to_dict())
     log.write(verdict.format() + "\n")
@@ -152,6 +156,20 @@ def run_compiler(spec: CaseSpec, compiler: str, log: io.StringIO) -> CompilerRes
     res.power_mw = sim.power_mw
     res.energy_uj = sim.energy_per_inference_uj
     return res
+
+
+def _write_trace(sim, meta: dict, report: dict, out: Path, log: io.StringIO) -> None:
+    """--trace: trace.json, timeline.png and (Raptor programs) layers.json beside sim_report.json."""
+    from raptor.sim.layers import format_layer_rows, layer_rows, write_layers
+    from raptor.sim.trace import save_trace
+
+    log.write(save_trace(sim, meta, out / "trace.json", out / "timeline.png") + "\n")
+    if meta.get("layer_spans"):
+        rows = layer_rows(sim, meta, report)
+        info = {"arch": meta.get("arch"), "mode": sim.mode, "pipeline": sim.pipeline}
+        info.update(latency_ns=sim.latency_ns, throughput_per_s=sim.throughput_per_s)
+        write_layers(out, rows, info)
+        log.write(format_layer_rows(rows) + "\n")
 
 
 def _sweep_stale_temps(out: Path) -> None:

@@ -131,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--seed", type=int, default=0, help="seed of model weights and reference inputs (default 0)"
     )
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="trace every simulation: trace.json (Perfetto), timeline.png and layers.json "
+        "beside each case's sim_report.json (default: off)",
+    )
     p.add_argument("--artifact-subdir", default="", help=argparse.SUPPRESS)
     p.add_argument("--results-dir", default=None, help=argparse.SUPPRESS)
     return p
@@ -346,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         fast=not args.no_fast,
         seed=args.seed,
         input_size=args.input_size,
+        trace=args.trace,
     )
     from raptor.arch import load_arch
     from raptor.errors import RaptorError

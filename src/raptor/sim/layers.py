@@ -1,0 +1,192 @@
+"""Per-layer figures: the compile report's plan (replicas, cores, estimated ns per layer) joined
+with what a traced simulation measured for each layer (busy and stalled time on its cores, and
+when it ran), so the bottleneck layer is one look away. Needs the layer spans that Raptor's
+codegen records in config.json (`layer_spans`)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from raptor.errors import SimulationError
+from raptor.sim.trace import KIND_COUNTER, MVMUL, TRACK_STRIDE, VECTOR, slice_spans
+
+_STALL = np.array([c.startswith("stall_") for c in KIND_COUNTER])
+LAYERS_FILE = "layers.json"
+LAYERS_FORMAT = 2  # layers.json of another format is recomputed, never misread
+
+
+def layer_rows(report, meta: dict, compile_report: dict) -> list[dict[str, Any]]:
+    """One row per layer in program order. Measured figures are per inference (throughput mode:
+    totals over the run / pipeline): busy_max_node_ns is the largest busy time (matrix + vector +
+    transfer) of one of the layer's compute nodes, the measured counterpart of the planner's
+    estimate (its slowest node); busy_max_core_ns is the same summed per core (a core may hold
+    several of the layer's nodes), what bounds a pipeline; busy_ns and stall_ns sum over its
+    cores; start_ns/end_ns bound its matrix and vector slices (over all rounds), when it
+    computes."""
+    spans = meta.get("layer_spans")
+    if not spans:
+        raise SimulationError(
+            "per-layer figures need the layer spans Raptor's codegen records in pim/config.json "
+            f"(this program was compiled by {meta.get('compiler', 'another compiler')})"
+        )
+    names = spans["layers"]
+    s = report.trace.arrays()
+    layer, span = slice_spans(s, meta)
+    core = s["track"] % TRACK_STRIDE
+    stall = _STALL[s["kind"]]
+    rounds = max(1, report.pipeline)
+    n = len(names)
+    busy = np.zeros((n, len(report.per_core)))
+    stalls = np.zeros(n)
+    keep = layer >= 0
+    np.add.at(busy, (layer[keep & ~stall], core[keep & ~stall]), s["busy"][keep & ~stall])
+    node_busy = np.bincount(span[keep & ~stall], weights=s["busy"][keep & ~stall])
+    node_layer = np.full(len(node_busy), -1, dtype=np.int64)
+    node_layer[span[keep]] = layer[keep]
+    busy_node = np.zeros(n)
+    np.maximum.at(busy_node, node_layer[node_layer >= 0], node_busy[node_layer >= 0])
+    np.add.at(stalls, layer[keep & stall], s["busy"][keep & stall])
+    start = np.full(n, np.inf)
+    end = np.full(n, -np.inf)
+    work = keep & np.isin(s["kind"], (MVMUL, VECTOR))
+    np.minimum.at(start, layer[work], s["start"][work])
+    np.maximum.at(end, layer[work], s["end"][work])
+    reps = compile_report.get("replication", {})
+    cores = compile_report.get("layer_cores") or _span_cores(spans)
+    est = compile_report.get("estimated_layer_ns", {})
+    rows = []
+    for i, name in enumerate(names):
+        ran = np.isfinite(start[i])
+        rows.append(
+            {
+                "layer": name,
+                "replicas": reps.get(name),
+                "cores": len(cores[name]) if name in cores else None,
+                "estimated_ns": est.get(name),
+                "busy_max_node_ns": float(busy_node[i]) / rounds,
+                "busy_max_core_ns": float(busy[i].max()) / rounds,
+                "busy_ns": float(busy[i].sum()) / rounds,
+                "stall_ns": float(stalls[i]) / rounds,
+                "start_ns": float(start[i]) if ran else None,
+                "end_ns": float(end[i]) if ran else None,
+            }
+        )
+    return rows
+
+
+def _span_cores(spans: dict) -> dict[str, list[int]]:
+    """Cores holding each layer, from the layer spans (when the compile report has no
+    layer_cores, as pimcomp's does not)."""
+    out: dict[str, list[int]] = {}
+    for key, rows in spans.get("cores", {}).items():
+        for _, ly in rows:
+            if ly >= 0:
+                cores = out.setdefault(spans["layers"][ly], [])
+                if int(key[4:]) not in cores:
+                    cores.append(int(key[4:]))
+    return out
+
+
+def format_layer_rows(rows: list[dict[str, Any]], title: str = "") -> str:
+    """The per-layer table as text; the layer with the largest busy time on one core is marked."""
+    top = max(range(len(rows)), key=lambda i: rows[i]["busy_max_core_ns"], default=-1)
+    width = max([len(r["layer"]) for r in rows] + [5])
+
+    def f(v, scale=1e3):
+        return "-" if v is None else f"{v / scale:.1f}"
+
+    def i_(v):
+        return "-" if v is None else str(int(v))
+
+    lines = [title] if title else []
+    lines.append(
+        f"{'layer':<{width}} {'replicas':>8} {'cores':>5} {'est. us':>9} {'busy/node us':>12} "
+        f"{'busy/core us':>12} "
+        f"{'busy us':>10} {'stall us':>10} {'runs from..to us':>22}"
+    )
+    for i, r in enumerate(rows):
+        span = f"{f(r['start_ns'])}..{f(r['end_ns'])}" if r["start_ns"] is not None else "not run"
+        lines.append(
+            f"{r['layer']:<{width}} {i_(r['replicas']):>8} {i_(r['cores']):>5} "
+            f"{f(r['estimated_ns']):>9} {f(r['busy_max_node_ns']):>12} "
+            f"{f(r['busy_max_core_ns']):>12} {f(r['busy_ns']):>10} "
+            f"{f(r['stall_ns']):>10} {span:>22}" + ("  <- bottleneck" if i == top else "")
+        )
+    lines.append(
+        "per inference; est.: the planner's estimate of the layer's slowest node; busy/node: the "
+        "largest busy time (matrix + vector + transfer) measured on one of its nodes; busy/core: "
+        "the same summed per core (a core can hold several nodes); busy, stall: over all its "
+        "cores; runs from..to: first and last matrix/vector slice (over all rounds)"
+    )
+    return "\n".join(lines)
+
+
+def write_layers(case_dir: str | Path, rows: list[dict[str, Any]], sim: dict) -> Path:
+    """layers.json in the case directory (temporary file, then rename)."""
+    path = Path(case_dir) / LAYERS_FILE
+    tmp = path.with_name(f".{path.name}.tmp")
+    data = {"format": LAYERS_FORMAT, "simulation": sim, "layers": rows}
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def case_layers(
+    case_dir: str | Path, arch=None, force_target: bool = False
+) -> tuple[list[dict[str, Any]], str]:
+    """The per-layer rows of a compiled case directory (pim/ and compile_report.json): read from
+    layers.json when it is newer than the program and of this format, else simulated now (traced, for the mode and
+    pipeline the program was compiled for) and written there. Returns rows and a title."""
+    from raptor.arch import load_arch
+    from raptor.isa.pimdir import read_pimdir
+    from raptor.sim import simulate
+
+    case_dir = Path(case_dir)
+    if (case_dir / "config.json").is_file() and case_dir.name == "pim":
+        case_dir = case_dir.parent  # the pim/ directory itself
+    cfg = case_dir / "pim" / "config.json"
+    rep_path = case_dir / "compile_report.json"
+    if not cfg.is_file() or not rep_path.is_file():
+        raise SimulationError(
+            f"{case_dir}: --layers needs a compiled case directory (pim/ and compile_report.json)"
+        )
+    path = case_dir / LAYERS_FILE
+    if path.is_file() and path.stat().st_mtime >= cfg.stat().st_mtime:
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            data = {}
+        if data.get("format") == LAYERS_FORMAT:
+            return data["layers"], _title(data["simulation"])
+    prog = read_pimdir(case_dir / "pim")
+    meta = prog.meta
+    if not meta.get("layer_spans"):
+        layer_rows(None, meta, {})  # raises the one-line reason
+    if prog.target is None and arch is None:  # no target record: what config.json says
+        mode = meta.get("mode", "latency")
+        pipeline = int(meta.get("pipeline", 1)) if mode == "throughput" else 1
+        report = simulate(prog, load_arch(meta["arch"]), mode, pipeline, trace=True)
+    else:  # the record's target (raptor.isa.target), checked against --arch
+        report = simulate(prog, arch, trace=True, force_target=force_target)
+    rows = layer_rows(report, meta, json.loads(rep_path.read_text()))
+    sim = {
+        "arch": report.target.get("arch", meta.get("arch")) if report.target else meta["arch"],
+        "mode": report.mode,
+        "pipeline": report.pipeline,
+        "latency_ns": report.latency_ns,
+        "throughput_per_s": report.throughput_per_s,
+    }
+    write_layers(case_dir, rows, sim)
+    return rows, _title(sim)
+
+
+def _title(sim: dict) -> str:
+    return (
+        f"per-layer plan and measurement ({sim['arch']}, {sim['mode']}, pipeline "
+        f"{sim['pipeline']}; latency {sim['latency_ns'] / 1e3:.1f} us)"
+    )
