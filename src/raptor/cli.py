@@ -47,7 +47,13 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_models_build(args: argparse.Namespace) -> int:
     from raptor.models import save_model
 
-    path = save_model(args.name, args.out, input_size=args.input_size, seed=args.seed)
+    path = save_model(
+        args.name,
+        args.out,
+        input_size=args.input_size,
+        seed=args.seed,
+        activations=args.activations,
+    )
     print(path)
     return 0
 
@@ -173,6 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="input height = width (default: the model's own)",
     )
     mb.add_argument("--seed", type=int, default=0)
+    mb.add_argument(
+        "--activations",
+        choices=("probe", "realistic"),
+        default="probe",
+        help="yolo11n only: realistic = batch-calibrated BN with a trained detector's magnitudes",
+    )
     mb.set_defaults(func=_cmd_models_build)
 
     def add_run_args(sp: argparse.ArgumentParser) -> None:
