@@ -126,6 +126,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         mode=args.mode,
         pipeline=args.pipeline,
         seed=args.seed,
+        intermediates=args.intermediates,
     )
     print(json.dumps(verdict.to_dict(), indent=2) if args.json else verdict.format())
     return 0 if verdict.passed else 1
@@ -235,6 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_args(vp)
     vp.add_argument("--seed", type=int, default=0)
     vp.add_argument("--json", action="store_true")
+    vp.add_argument(
+        "--intermediates",
+        action="store_true",
+        help="also compare every intermediate tensor the program stores; print the first one "
+        "over the tolerance",
+    )
     vp.set_defaults(func=_cmd_validate)
 
     bp = sub.add_parser(

@@ -68,15 +68,36 @@ def _regions(specs: list[dict], eb: int, host_size: int, what: str) -> list[tupl
     return out
 
 
+def read_tensors(
+    data: np.ndarray, written: np.ndarray, specs: list[dict], eb: int
+) -> dict[str, np.ndarray]:
+    """The intermediates of config.json's `tensors` (byte address, ONNX shape, element strides)
+    gathered from a host-memory image; only tensors whose every element the run stored (a
+    program may keep a tensor in local memory or forward it core to core instead)."""
+    out = {}
+    for spec in specs:
+        idx = np.full((), int(spec["address"]) // eb, dtype=np.int64)
+        for n, st in zip(spec["shape"], spec["strides"]):
+            idx = idx[..., None] + np.arange(int(n), dtype=np.int64) * int(st)
+        if idx.size and (idx.min() < 0 or idx.max() >= data.size):
+            raise SimulationError(f"tensor {spec['name']!r} lies outside host memory")
+        if written[idx].all():
+            out[spec["name"]] = data[idx].astype(np.float32)
+    return out
+
+
 def simulate(
     prog: PimProgram,
     arch: Arch,
     mode: str = "latency",
     pipeline: int = 1,
     inputs: list[dict[str, np.ndarray]] | None = None,
+    tensors: bool = False,
 ) -> SimReport:
     """Run prog on arch. Latency mode runs every core once; throughput mode runs every non-empty
-    core's program `pipeline` times, streaming input r to round r (docs/pim-format.md)."""
+    core's program `pipeline` times, streaming input r to round r (docs/pim-format.md).
+    tensors: also read every intermediate the program records back from host memory (the values
+    of the last round) into `report.tensors`."""
     if mode not in ("latency", "throughput"):
         raise SimulationError(f"unknown simulation mode {mode!r}")
     rounds = 1 if mode == "latency" else max(1, int(pipeline or 1))
@@ -105,6 +126,8 @@ def simulate(
         for s, e, name, _ in out_specs
     ]
     host = HostMemory(prog.memory, eb, in_regions, out_regions, rounds)
+    if tensors:
+        host.written = np.zeros(host.size, dtype=bool)
 
     t0 = time.perf_counter()
     eng = Engine(prog, arch, rounds, host)
@@ -125,7 +148,7 @@ def simulate(
         }
         for r in range(rounds)
     ]
-    return SimReport(
+    report = SimReport(
         mode=mode,
         pipeline=rounds,
         latency_ns=deadlines[0] if deadlines else 0.0,
@@ -143,6 +166,9 @@ def simulate(
         inter_chip_bytes=int(eng.noc.inter_chip_bytes),
         inter_chip_energy_pj=float(eng.noc.inter_chip_energy_pj),
     )
+    if tensors:
+        report.tensors = read_tensors(host.data, host.written, meta.get("tensors", []), eb)
+    return report
 
 
 def find_pimdir(path: str | Path) -> Path:

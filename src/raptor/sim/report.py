@@ -61,6 +61,8 @@ class SimReport:
     cores_used: int = 0
     inter_chip_bytes: int = 0  # NoC bytes that crossed chips (core<->core and core<->global memory)
     inter_chip_energy_pj: float = 0.0  # the inter-chip link share of the NoC energy
+    # intermediates read back from host memory after the run (simulate(tensors=True)), last round
+    tensors: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def instructions_per_s(self) -> float:

@@ -115,7 +115,7 @@ def run_compiler(spec: CaseSpec, compiler: str, log: io.StringIO) -> CompilerRes
     from raptor.arch import load_arch
     from raptor.isa.pimdir import read_pimdir
     from raptor.sim import simulate
-    from raptor.validation.compare import compare_outputs
+    from raptor.validation.compare import judge_outputs
     from raptor.validation.reference import ensure_reference
 
     res = CompilerResult(status="ERROR")
@@ -142,7 +142,7 @@ def run_compiler(spec: CaseSpec, compiler: str, log: io.StringIO) -> CompilerRes
     res.simulate_s = time.perf_counter() - t0
     _atomic_json(out / "sim_report.json", sim.to_dict())
     log.write(f"simulate: {res.simulate_s:.2f} s\n{sim.format()}\n")
-    verdict = compare_outputs(sim.outputs, ref.outputs)
+    verdict = judge_outputs(sim.outputs, ref, spec.model_path)
     _atomic_json(out / "validation.json", verdict.to_dict())
     log.write(verdict.format() + "\n")
     res.status = verdict.status
