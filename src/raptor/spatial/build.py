@@ -358,6 +358,9 @@ class _TensorOps:
         for t in [*self.views, *self.sviews]:
             if t in out or t in self.g.constants or t not in self.shapes:
                 continue
+            tv = self.views.get(t)
+            if t not in self.sviews and tv is not None and tv.chw and tv.chw[1] * tv.chw[2] > 1:
+                continue  # a flat (CHW-order) view of NHWC data: not a strided view
             try:
                 v = self.sv(t)
             except UnsupportedOpError:
