@@ -69,3 +69,27 @@ def test_ill_conditioned_output_judged_against_float64():
     ]
     d = v.to_dict()["outputs"][0]
     assert d["rel_vs_float64"] == 2.5e-3 and d["onnxruntime_rel_vs_float64"] == 3e-3
+
+
+def test_judge_outputs_evaluates_float64_only_when_it_can_change_the_verdict(monkeypatch):
+    from types import SimpleNamespace
+
+    import raptor.validation.reference as reference
+    from raptor.validation.compare import judge_outputs
+
+    calls = []
+
+    def fake_exact(model_path, inputs, keep_all=False):
+        calls.append(model_path)
+        return [{"y": np.array([1000.0, 2.0])}]
+
+    monkeypatch.setattr(reference, "exact_values", fake_exact)
+    ref = SimpleNamespace(inputs=[{"x": np.zeros(1)}], outputs=[{"y": np.array([1003.0, 2.0])}])
+    assert judge_outputs([{"y": np.array([1003.5, 2.0])}], ref, "m.onnx").passed
+    assert calls == []  # within RTOL of onnxruntime: no float64 evaluation
+    v = judge_outputs([{"y": np.array([999.5, 2.0])}], ref, "m.onnx")
+    assert v.passed and calls == ["m.onnx"] and v.errors[0].exact_rel == 5e-4
+    v = judge_outputs([{"y": np.array([0.0, 2.0])}], ref, "m.onnx")  # a defect's O(1) error
+    assert not v.passed and len(calls) == 1 and v.errors[0].exact_rel is None
+    v = judge_outputs([{"y": np.array([np.nan, 2.0])}], ref, "m.onnx")
+    assert not v.passed and len(calls) == 1

@@ -292,7 +292,10 @@ def judge_outputs(
     again (module docstring)."""
     outs = list(ref.outputs)[: len(sim_outputs)]
     v = compare_outputs(sim_outputs, outs, rtol)
-    if v.passed or not any(not e.passed and np.isfinite(e.rel) for e in v.errors):
+    # float64 can only rescue errors below about rtol + 2 x FLOOR_CAP (triangle inequality): a
+    # verdict with a larger or a non-numeric failure stands without evaluating the model again
+    bad = [e.rel for e in v.errors if not e.passed]
+    if not bad or max(bad) > rtol + 2.5 * FLOOR_CAP:
         return v
     from raptor.validation.reference import exact_values
 
