@@ -355,7 +355,7 @@ def validate_dir(
     input's) with onnxruntime's and float64's, in graph order (`Verdict.tensors`)."""
     from raptor.isa.pimdir import read_pimdir
     from raptor.sim import find_pimdir, simulate
-    from raptor.validation.reference import ensure_reference, exact_values
+    from raptor.validation.reference import ensure_reference
 
     pimdir = find_pimdir(dir)
     prog = read_pimdir(pimdir)
@@ -366,7 +366,8 @@ def validate_dir(
     common = (
         Path(common_dir) if common_dir is not None else default_common_dir(pimdir.parent.resolve())
     )
-    ref = ensure_reference(model_path, common, rounds, seed, intermediates=intermediates)
+    kw = {"intermediates": True} if intermediates else {}
+    ref = ensure_reference(model_path, common, rounds, seed, **kw)
     report = simulate(
         prog,
         arch,
@@ -378,6 +379,8 @@ def validate_dir(
     verdict = judge_outputs(report.outputs, ref, model_path)
     verdict.sim = report.to_dict()
     if intermediates:
+        from raptor.validation.reference import exact_values
+
         last = rounds - 1
         exact = exact_values(model_path, [ref.inputs[last]], keep_all=True)[0]
         verdict.tensors = compare_tensors(
