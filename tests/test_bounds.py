@@ -84,3 +84,52 @@ def test_every_compile_report_carries_the_bounds():
     assert b == {
         k: v for k, v in compute_bounds(g, load_arch("arch-a")).items() if k != "replication_best"
     }
+
+
+def test_machine_bounds_by_hand():
+    g = _toy_graph()
+    b = compute_bounds(g, load_arch("arch-a"))
+    # one mvmul holds a core 2601 ns + pimsim-nn's 2048-byte local read (32 beats x 20 ns)
+    t = 2601 + 640
+    assert b["mvm_occupancy_ns"] == t
+    # c1: 1 row tile, c2: 576 rows -> 5 row tiles (64 pixels each), fc: 1 row tile, 1 pixel
+    assert b["mvm_instructions_min"] == 64 * 1 + 64 * 5 + 1
+    assert b["mvm_issue_ns"] == pytest.approx(385 * t / 168)
+    # input 384 B = 12 beats of 32 B at 40 ns; output 20 B = 1 beat at 50 ns
+    assert b["global_memory_io_ns"] == 12 * 40 + 50
+    assert b["latency_lb_machine_ns"] == 3 * t  # the chain of three weight layers dominates
+    assert b["throughput_ub_machine_per_s"] == pytest.approx(1e9 / (385 * t / 168))
+
+
+def test_machine_bounds_hold_for_compiled_programs():
+    """Both machine bounds are below what the simulator measures for real programs (NoC and
+    host-memory dataflow, both modes)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "pim"))
+    from toy import toy_resnet
+
+    from raptor.compiler import compile_model
+    from raptor.options import CompileOptions
+    from raptor.sim import simulate
+
+    arch = load_arch("arch-a")
+    model = toy_resnet(hw=16, c=32)
+    for opts in (
+        CompileOptions(),
+        CompileOptions(disable_noc_dataflow=True),
+        CompileOptions(mode="throughput", pipeline=3),
+    ):
+        res = compile_model(model, arch, opts)
+        rng = np.random.default_rng(0)
+        ins = [
+            {"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)}
+            for _ in range(opts.pipeline)
+        ]
+        rep = simulate(res.program, arch, opts.mode, opts.pipeline, ins)
+        prog_lb = res.report["machine_bound_program"]["latency_lb_program_ns"]
+        assert 0 < res.report["bounds"]["latency_lb_machine_ns"] <= rep.latency_ns
+        assert 0 < prog_lb <= rep.latency_ns
+        if opts.pipeline > 1:  # every round repeats the program's work on the same cores
+            assert rep.deadlines_ns[-1] >= opts.pipeline * prog_lb * 0.999

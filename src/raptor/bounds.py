@@ -13,6 +13,21 @@ B = the chip's crossbars.
 * throughput_ub_per_s = 1 / (t * max(T_B, W / B))
 * mvm_energy_floor_uj = sum P * X * (MVM energy per crossbar): the crossbar (mostly ADC) energy no
   schedule can avoid
+
+The ideal bounds let every crossbar run at once. The *machine* bounds hold for any program on this
+machine model (`machine_bounds`): an mvmul drives one array group, which spans at most one
+crossbar row tile and one core's crossbars, so output pixel p of a layer needs at least
+I = row tiles x column slices mvmul instructions; a core keeps at most rob_size instructions in
+flight (one at rob_size 1, the value of every shipped architecture), each mvmul occupying it for
+t_core = MVM latency + its local-memory input read; the network input must be loaded and the
+output stored through the single global-memory request queue.
+
+* latency_lb_machine_ns = max(CP * t_core, sum P*I * t_core / (cores * rob), t_gm(in) + t_gm(out))
+* throughput_ub_machine_per_s = 1 / max(sum P*I * t_core / (cores * rob), t_gm(in) + t_gm(out))
+
+`program_bound` is the same argument for one compiled program: every core issues its own mvmuls
+and injects its own send flits (at least one link latency per flit) one after the other, and the
+queue serves every ld and st: latency >= max(max over cores of both, the queue's service time).
 """
 
 from __future__ import annotations
@@ -22,8 +37,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from raptor.arch.loader import Arch
-from raptor.arch.timing import mvm_cost
+from raptor.arch.timing import memory_latency_ns, mvm_cost, mvm_local_read_bytes
 from raptor.frontend.graph import Graph
 
 
@@ -129,5 +146,75 @@ def compute_bounds(model: str | Path | Graph, arch: Arch) -> dict[str, Any]:
         "latency_lb_budget_ns": t * max(cp, t_b, math.ceil(work / budget)),
         "throughput_ub_per_s": 1e9 / (t * max(t_b, work / budget)) if layers else None,
         "mvm_energy_floor_uj": work * cost.energy_per_crossbar_pj / 1e6,
+        **machine_bounds(graph, arch, layers, cp),
         "replication_best": {ly["name"]: r for ly, r in zip(layers, reps)},
+    }
+
+
+def mvm_occupancy_ns(arch: Arch) -> float:
+    """How long one mvmul at the activation width holds a core at rob_size 1: the MVM itself
+    plus pimsim-nn's local-memory read of its input (no pipeline overhead: a lower bound)."""
+    bits = arch.activation_bits
+    read = mvm_local_read_bytes(arch, 0, bits)
+    return mvm_cost(arch, bits).latency_ns + memory_latency_ns(arch.core.local_memory, read, False)
+
+
+def _mvm_instructions(arch: Arch, ly: dict[str, Any]) -> int:
+    """Fewest mvmul instructions per output pixel of a weight layer (module docstring)."""
+    xr = arch.matrix.rows
+    if ly["groups"] > 1 and ly["cols"] == 1 and ly["rows"] <= xr:  # depthwise, packed blocks
+        return math.ceil(ly["groups"] / (xr // ly["rows"]))
+    tiles = math.ceil(ly["rows"] / xr)
+    slices = math.ceil(
+        arch.crossbars_for(min(ly["rows"], xr), ly["cols"]) / arch.crossbars_per_core
+    )
+    return ly["groups"] * tiles * slices
+
+
+def machine_bounds(
+    graph: Graph, arch: Arch, layers: list[dict[str, Any]] | None = None, cp: int | None = None
+) -> dict[str, Any]:
+    """Bounds every program on this machine model obeys (module docstring)."""
+    layers = weight_layers(graph, arch) if layers is None else layers
+    cp = critical_path(graph) if cp is None else cp
+    t = mvm_occupancy_ns(arch)
+    instr = sum(ly["pixels"] * _mvm_instructions(arch, ly) for ly in layers)
+    issue = instr * t / (arch.core_count * arch.core.rob_size)
+    eb = arch.element_bytes
+    gm = arch.global_memory
+    io = sum(
+        memory_latency_ns(gm, int(np.prod(graph.shapes[x])) * eb, False) for x in graph.inputs
+    ) + sum(memory_latency_ns(gm, int(np.prod(graph.shapes[x])) * eb, True) for x in graph.outputs)
+    return {
+        "mvm_occupancy_ns": t,
+        "mvm_instructions_min": instr,
+        "mvm_issue_ns": issue,
+        "global_memory_io_ns": io,
+        "latency_lb_machine_ns": max(cp * t, issue, io),
+        "throughput_ub_machine_per_s": 1e9 / max(issue, io) if instr else None,
+    }
+
+
+def program_bound(prog: Any, arch: Arch) -> dict[str, float]:
+    """Lower bound of one compiled program's latency on this machine model (module docstring)."""
+    from raptor.isa.opcodes import Opcode
+
+    t = mvm_occupancy_ns(arch) / arch.core.rob_size
+    flit_ns = arch.noc.base_latency_ns + arch.noc.hop_latency_ns
+    bus = arch.noc.bus_width
+    gm = arch.global_memory
+    core_ns, queue_ns = 0.0, 0.0
+    for s in prog.cores:
+        op, size = s["opcode"], s["generic3"].astype(np.int64)
+        sends = size[op == Opcode.SEND]
+        busy = int((op == Opcode.MVMUL).sum()) * t + float(np.ceil(sends / bus).sum()) * flit_ns
+        core_ns = max(core_ns, busy)
+        for code, write in ((Opcode.LD, False), (Opcode.ST, True)):
+            beats = np.ceil(size[op == code] / gm.data_width).sum()
+            cycles = gm.write_latency_cycle if write else gm.read_latency_cycle
+            queue_ns += float(beats) * cycles * gm.period
+    return {
+        "core_issue_ns": core_ns,
+        "global_memory_queue_ns": queue_ns,
+        "latency_lb_program_ns": max(core_ns, queue_ns),
     }

@@ -68,6 +68,7 @@ def _compile_options(args: argparse.Namespace):
         else (4 if args.mode == "throughput" else 1),
         disable_synchronization=args.pim_disable_synchronization,
         disable_spatial_planning=args.pim_disable_spatial_planning,
+        disable_noc_dataflow=args.pim_disable_noc_dataflow,
         compiler=args.compiler,
         replication=args.replication,
     )
@@ -214,6 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cp.add_argument("--pim-disable-synchronization", action="store_true")
     cp.add_argument("--pim-disable-spatial-planning", action="store_true")
+    cp.add_argument(
+        "--pim-disable-noc-dataflow",
+        action="store_true",
+        help="Raptor: pass every activation through host memory instead of core to core over "
+        "the NoC (default: off)",
+    )
     cp.set_defaults(func=_cmd_compile)
 
     sp = sub.add_parser("simulate", help="simulate a pim/ directory (values and timing)")

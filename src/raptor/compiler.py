@@ -16,10 +16,17 @@ from typing import Any
 import numpy as np
 
 from raptor.arch import Arch
+from raptor.bounds import program_bound
+from raptor.errors import PassFailedError
 from raptor.frontend.graph import Graph
+from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram, write_pimdir
 from raptor.isa.table import opcode_counts
 from raptor.options import CompileOptions
+from raptor.pim.deadlock import DeadlockReport, check_programs
+
+# NoC edges returned to host memory after a failed deadlock check, at most this many times
+MAX_NOC_ROUNDS = 64
 
 
 @dataclass
@@ -43,7 +50,7 @@ def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> 
     def timed(name, fn, *args):
         t0 = time.perf_counter()
         out = fn(*args)
-        times[name] = round(time.perf_counter() - t0, 4)
+        times[name] = round(times.get(name, 0.0) + time.perf_counter() - t0, 4)
         return out
 
     graph = timed("frontend", _load, model)
@@ -55,6 +62,7 @@ def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> 
     from raptor.pim.codegen import generate
     from raptor.spatial.build import build_spatial
     from raptor.spatial.fusion import ResidualFusionPass
+    from raptor.spatial.noc import NocDataflowPass, OrderStuck, demote_pairs, order_messages
     from raptor.spatial.planning import SpatialPlanningPass, estimates, plain_assignment
     from raptor.spatial.sibling import SiblingMergePass
     from raptor.spatial.sync import SynchronizationPass
@@ -72,25 +80,64 @@ def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> 
     else:
         sg = timed(
             SpatialPlanningPass.name,
-            SpatialPlanningPass(latency=True, span=_span(sg, opts)).apply,
+            SpatialPlanningPass(
+                latency=True, span=_span(sg, opts), noc=not opts.disable_noc_dataflow
+            ).apply,
             arch,
             sg,
         )
-    if not opts.disable_synchronization:
-        sg = timed(
-            SynchronizationPass.name,
-            SynchronizationPass(pipeline=opts.pipeline, credits="end", bands=True).apply,
-            arch,
-            sg,
-        )
-    timed("verify-spatial", sg.verify)
+    if not opts.disable_noc_dataflow:
+        sg = timed(NocDataflowPass.name, NocDataflowPass().apply, arch, sg)
     meta = {"compiler": "raptor", "arch": arch.name, "mode": opts.mode, "pipeline": opts.pipeline}
-    prog, stats = timed("pim-codegen", generate, arch, sg, meta)
-    timed("verify-pim", prog.verify)
+    planned = sg
+    for _ in range(MAX_NOC_ROUNDS):
+        sg = planned
+        if not opts.disable_synchronization:
+            sg = timed(
+                SynchronizationPass.name,
+                SynchronizationPass(pipeline=opts.pipeline, credits="end", bands=True).apply,
+                arch,
+                sg,
+            )
+        if sg.noc is not None:
+            try:
+                sg.noc.comm = timed("noc-message-order", order_messages, arch, sg)
+            except OrderStuck as e:
+                if not demote_pairs(planned, planned.noc, e.pairs, "order"):
+                    raise PassFailedError(f"NoC message order: {e}") from None
+                continue
+        timed("verify-spatial", sg.verify)
+        prog, stats = timed("pim-codegen", generate, arch, sg, meta)
+        timed("verify-pim", prog.verify)
+        check = timed("deadlock-check", check_programs, prog.cores, 2 if opts.pipeline > 1 else 1)
+        if check.ok:
+            break
+        if planned.noc is None or not _demote_blocked(planned, check):
+            raise PassFailedError(f"emitted program would deadlock: {check.describe()}")
+    else:
+        raise PassFailedError(f"emitted program would deadlock: {check.describe()}")
     est = timed("estimates", estimates, arch, sg)
     return _with_bounds(
         CompileResult(prog, _report(arch, opts, sg, prog, stats, est, times)), graph, arch
     )
+
+
+def _demote_blocked(sg, check: DeadlockReport) -> bool:
+    """Return to host memory the fed units on the cores of the blocked (or mis-sized) messages of
+    a failed deadlock check (spatial/noc.py); False when none is left to return."""
+    from raptor.spatial.noc import demote_pairs
+
+    pairs = set(check.size_mismatch)
+    for b in check.blocked:
+        if b.op == "send to":
+            pairs.add((b.core, b.other))
+        elif b.op == "recv from":
+            pairs.add((b.other, b.core))
+    if demote_pairs(sg, sg.noc, pairs, "deadlock"):
+        return True
+    stuck = {b.core for b in check.blocked}
+    cores = {c for c in range(sg.core_count)}
+    return bool(demote_pairs(sg, sg.noc, {(p, c) for c in stuck for p in cores}, "deadlock"))
 
 
 def _with_bounds(res: CompileResult, graph, arch: Arch) -> CompileResult:
@@ -144,6 +191,11 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "host_memory_bytes": stats["host_memory_bytes"],
         "host_load_bytes_per_layer": stats["host_load_bytes"],
         "host_load_bytes": int(sum(stats["host_load_bytes"].values())),
+        "host_store_bytes": _bytes_of(prog, Opcode.ST),
+        "host_bytes_per_inference": _bytes_of(prog, Opcode.LD) + _bytes_of(prog, Opcode.ST),
+        "noc_bytes_per_inference": _bytes_of(prog, Opcode.SEND),
+        "noc_dataflow": _noc_report(sg),
+        "machine_bound_program": program_bound(prog, arch),
         "noc_hop_bytes_estimate": float(est["hop_bytes"]),
         "estimated_layer_ns": {k: round(v, 1) for k, v in est["layer_ns"].items()},
         "estimated_core_ns_max": float(np.max(est["core_ns"])) if len(est["core_ns"]) else 0.0,
@@ -158,6 +210,26 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "pass_time_s": times,
         "compile_time_s": round(sum(times.values()), 4),
         "options": asdict(opts),
+    }
+
+
+def _bytes_of(prog: PimProgram, op: Opcode) -> int:
+    """Bytes moved per inference by every `op` (ld, st or send) of the program."""
+    return int(sum(int(s["generic3"][s["opcode"] == op].sum()) for s in prog.cores))
+
+
+def _noc_report(sg) -> dict[str, Any] | None:
+    """What the NoC dataflow pass did (spatial/noc.py): edges fed core to core, edges left in host
+    memory and why, and the estimated end of the message-order execution."""
+    plan = sg.noc
+    if plan is None:
+        return None
+    return {
+        "fed_units": len(plan.fed),
+        "producer_layers": sorted({sg.layers[p].name for p in plan.producer_layer.values()}),
+        "host_buffers": sorted(b for b in plan.host_buffers if b in sg.buffers),
+        "demoted_units": dict(plan.demoted),
+        "message_order_estimated_ns": round(plan.estimated_ns, 1),
     }
 
 

@@ -14,6 +14,7 @@ class CompileOptions:
     pipeline: int = 1
     disable_synchronization: bool = False
     disable_spatial_planning: bool = False
+    disable_noc_dataflow: bool = False  # Raptor: every activation through host memory
     compiler: str = "raptor"
     replication: str = "balance"  # pimcomp only: balance | W0H0 | uniform
 

@@ -75,7 +75,9 @@ def test_band_tokens_overlap_layers():
 
     arch = load_arch(str(ARCH_TINY))
     model = toy_convnet(hw=16, c=48)
-    res = compile_model(model, arch, CompileOptions(disable_spatial_planning=True))
+    res = compile_model(
+        model, arch, CompileOptions(disable_spatial_planning=True, disable_noc_dataflow=True)
+    )
     assert res.report["band_tokens"] is True
     (p,) = res.report["layer_cores"]["conv3_n"]
     c = res.report["layer_cores"]["conv7_n"][0]  # root row group: waits on conv3's bands

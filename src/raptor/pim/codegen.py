@@ -94,23 +94,20 @@ def generate(
                         )
                     ags.append(arch.crossbars_for(b - a, n.c1 - n.c0))
                     mats.append(matrix_index[key])
-            blocks += token_records(sg.tokens_before.get(n.id, []))
             bands = sg.bands.get(n.id, [(n.p0, n.p1)])
-            code, peak = lower_node_bands(
-                ctx,
-                n,
-                ag_base,
-                bands,
-                [token_records(sg.band_before.get((n.id, i), [])) for i in range(len(bands))],
-                [token_records(sg.band_after.get((n.id, i), [])) for i in range(len(bands))],
-            )
+            # the node's own tokens go with its first and last band (after the prologue, which
+            # reads only constants), where the NoC message order (spatial/noc.py) expects them
+            before = [token_records(sg.band_before.get((n.id, i), [])) for i in range(len(bands))]
+            after = [token_records(sg.band_after.get((n.id, i), [])) for i in range(len(bands))]
+            before[0] = token_records(sg.tokens_before.get(n.id, [])) + before[0]
+            after[-1] = after[-1] + token_records(sg.tokens_after.get(n.id, []))
+            code, peak = lower_node_bands(ctx, n, ag_base, bands, before, after)
             local_peak[core] = max(local_peak[core], peak)
             blocks.append(code)
             lname = sg.layers[n.layer].name
             host_ld[lname] = host_ld.get(lname, 0) + int(
                 code["generic3"][code["opcode"] == Opcode.LD].sum()
             )
-            blocks += token_records(sg.tokens_after.get(n.id, []))
         blocks += token_records(sg.tokens_end.get(core, []))
         if sum(ags) > arch.crossbars_per_core:
             raise PassFailedError(

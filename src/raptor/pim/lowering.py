@@ -29,13 +29,21 @@ from raptor.arch import Arch
 from raptor.isa.opcodes import OFFSET_RD, OFFSET_RS1, Opcode
 from raptor.isa.table import concat, interleave, make
 from raptor.pim.memalloc import LocalAllocator
-from raptor.spatial.geometry import WindowClass, pool_counts, window_classes
+from raptor.spatial.geometry import (
+    WindowClass,
+    lines_geometry,
+    lines_rows,
+    pool_counts,
+    window_classes,
+)
 from raptor.spatial.ir import ComputeNode, Layer, LayerKind, NodeKind, SpatialGraph
+from raptor.spatial.noc import mvm_lines_ok, pool_lines_ok, row_segments, row_steps
 from raptor.spatial.tiling import row_tiles
 
 R_ZERO, R_IN0, R_IN1, R_OUT, R_CONST = 0, 1, 2, 3, 4
 FIRST_LOCAL, LAST_LOCAL = 5, 27
 TEMPS = (28, 29, 30, 31)
+T_DST = TEMPS[1]  # per-lane destination in a NoC producer's output row
 
 
 class Block:
@@ -497,47 +505,14 @@ zero_runs = _zero_runs
 # Line-buffer MVM lowering (with row-band tokens)
 
 
-def _lines_geometry(layer: Layer, node: ComputeNode):
-    """(kernel rows the node's K range touches, input columns [x0, x1) it reads, padded ring row
-    width in pixels) of a line-buffer MVM node."""
-    v = layer.inputs[0]
-    kh, kw = layer.kernel_shape
-    sw, pl, pr = layer.strides[1], layer.pads[1], layer.pads[3]
-    ow = layer.output.width
-    krow = kw * v.channels
-    i0, i1 = node.r0 // krow, (node.r1 - 1) // krow + 1
-    if node.p0 // ow == (node.p1 - 1) // ow:
-        oxa, oxb = node.p0 % ow, (node.p1 - 1) % ow + 1
-    else:
-        oxa, oxb = 0, ow
-    x0 = max(0, oxa * sw - pl)
-    x1 = min(v.width, (oxb - 1) * sw - pl + kw)
-    wp = max(v.width + pl + pr, (ow - 1) * sw + kw)
-    return i0, i1, x0, x1, wp
-
-
-def _lines_rows(layer: Layer, node: ComputeNode, i0: int, i1: int) -> list[int]:
-    """Input rows the node loads (each once), in first-use order."""
-    v = layer.inputs[0]
-    sh, pt = layer.strides[0], layer.pads[0]
-    ow = layer.output.width
-    seen: dict[int, None] = {}
-    for oy in range(node.p0 // ow, (node.p1 - 1) // ow + 1):
-        for i in range(i0, i1):
-            iy = oy * sh - pt + i
-            if 0 <= iy < v.height:
-                seen.setdefault(iy, None)
-    return list(seen)
-
-
 def line_buffer_bytes(layer: Layer, node: ComputeNode, eb: int) -> tuple[int, int]:
     """(host bytes a line-buffer lowering loads, bytes the per-pixel window lowering loads) for
     the input window of an MVM node (the per-pixel figure assumes sliding windows)."""
     v = layer.inputs[0]
     kh, kw = layer.kernel_shape
     sw = layer.strides[1]
-    i0, i1, x0, x1, _ = _lines_geometry(layer, node)
-    lines = len(_lines_rows(layer, node, i0, i1)) * max(0, x1 - x0) * v.channels * eb
+    i0, i1, x0, x1, _ = lines_geometry(layer, node)
+    lines = len(lines_rows(layer, node, i0, i1)) * max(0, x1 - x0) * v.channels * eb
     k = node.r1 - node.r0
     if k == layer.rows and sw < kw:
         per_pixel = node.lanes * kh * sw * v.channels * eb
@@ -548,13 +523,10 @@ def line_buffer_bytes(layer: Layer, node: ComputeNode, eb: int) -> tuple[int, in
 
 def use_line_buffer(ctx: LowerCtx, node: ComputeNode) -> bool:
     layer = ctx.sg.layers[node.layer]
-    if node.kind != NodeKind.MVM or layer.kind != LayerKind.GEMM:
+    if node.kind != NodeKind.MVM or not mvm_lines_ok(layer):
         return False
-    v = layer.inputs[0]
-    kh, kw = layer.kernel_shape
-    sh, sw = layer.strides
-    if v.chw is not None or v.pixels <= 1 or sw > kw or sh > kh:
-        return False
+    if ctx.sg.noc is not None and ctx.sg.noc.uses_lines(node):
+        return True  # a NoC consumer or producer (spatial/noc.py)
     # the row groups of one reduction tree must agree (their send/recv pair pixel by pixel, and
     # the per-pixel lowering goes in padding-class order): decide on the sum over the tree
     key = (node.layer, node.replica, node.c0, node.p0)
@@ -594,9 +566,12 @@ def lower_mvm_lines(
     cols = node.c1 - node.c0
     tiles = row_tiles(arch, node.r0, node.r1)
     srcs, dst_core = ctx.links.get(node.id, ((), -1))
-    i0, i1, x0, x1, wp = _lines_geometry(layer, node)
+    i0, i1, x0, x1, wp = lines_geometry(layer, node)
     row_bytes = wp * c * eb
-    ring = alloc.alloc(kh * row_bytes, "ring")
+    noc = ctx.sg.noc
+    fed = noc is not None and noc.is_fed(node)
+    slots = noc.ring_rows.get(node.id, kh) if fed else kh
+    ring = alloc.alloc(slots * row_bytes, "ring")
     zero_row = alloc.alloc(row_bytes, "zero row")
     cross = [(a, b) for a, b in tiles if a // krow != (b - 1) // krow]
     win = alloc.alloc(max((b - a for a, b in cross), default=1) * eb, "window")
@@ -610,10 +585,16 @@ def lower_mvm_lines(
     if ps_b is not None:
         regs.loc(ps_b)
     regs.loc(win)
-    # zero the ring and the zero row once (the padding columns are never written)
+    # zero the ring's padding columns and the zero row once (the node reads only columns
+    # [x0, x1) of a row, which every load writes, and the padding)
+    pad_r = (wp - v.width - pl) * c * eb
+    spans = [(ring + s * row_bytes, pl * c * eb) for s in range(slots)]
+    spans += [(ring + s * row_bytes + (v.width + pl) * c * eb, pad_r) for s in range(slots)]
+    spans += _chunks(zero_row, row_bytes)
     zero_all = [
         make(Opcode.LLDI, rd=R_ZERO, r2_or_imm=0, generic1=OFFSET_RD, generic2=a, generic3=n)
-        for a, n in _chunks(ring, zero_row + row_bytes - ring)
+        for a, n in spans
+        if n > 0
     ]
     t_addr, t_src = TEMPS[3], TEMPS[2]
     blocks: list[np.ndarray] = regs.flush() + zero_all
@@ -621,10 +602,16 @@ def lower_mvm_lines(
     mbiw = arch.weight_bits
 
     def slot(iy: int) -> int:
-        return ring + (iy % kh) * row_bytes
+        return ring + (iy % slots) * row_bytes
+
+    sender = last and noc is not None and bool(noc.targets.get(node.id))
+    out_at = _out_rows(ctx, node, alloc) if sender else None
+    comm = _messages(ctx, node, lambda iy, x: slot(iy) + (x + pl) * c * eb, c * eb, out_at, t_addr)
 
     def load_row(iy: int) -> list[np.ndarray]:
         loaded.add(iy)
+        if fed:  # received in the node's message slots
+            return []
         base = slot(iy) + (x0 + pl) * c * eb
         if v.contiguous:
             host = (v.channel_offset + (iy * v.width + x0) * v.pixel_stride) * eb
@@ -646,57 +633,74 @@ def lower_mvm_lines(
         b.add(Opcode.LD, rd=t_addr, r1=R_IN0, generic1=OFFSET_RS1, generic2=host, generic3=c * eb)
         return [b.build()]
 
-    for bi, (a, bnd) in enumerate(bands):
-        blocks += before[bi]
-        for oy in range(a // ow, (bnd - 1) // ow + 1):
-            pa, pb = max(a, oy * ow), min(bnd, (oy + 1) * ow)
-            rows_addr = []
-            for i in range(kh):
-                iy = oy * sh - pt + i
-                if i0 <= i < i1 and 0 <= iy < v.height:
-                    if iy not in loaded:
-                        blocks += load_row(iy)
-                    rows_addr.append(slot(iy))
-                else:
-                    rows_addr.append(zero_row)
-            ox = np.arange(pa - oy * ow, pb - oy * ow, dtype=np.int64)
-            pixels = np.arange(pa, pb, dtype=np.int64)
-            b = Block(len(ox))
-            for t, (ta, tb) in enumerate(tiles):
-                dst = ps_a if t == 0 else ps_b
-                i = ta // krow
-                if i == (tb - 1) // krow:
-                    addr = rows_addr[i] + (ox * sw * c + ta - i * krow) * eb
+    steps = line_steps(ctx, node, bands, before, after)
+    for k, (oy, pa, pb, pre, post) in enumerate(steps):
+        blocks += comm(k) + pre
+        rows_addr = []
+        for i in range(kh):
+            iy = oy * sh - pt + i
+            if i0 <= i < i1 and 0 <= iy < v.height:
+                if iy not in loaded:
+                    blocks += load_row(iy)
+                rows_addr.append(slot(iy))
+            else:
+                rows_addr.append(zero_row)
+        ox = np.arange(pa - oy * ow, pb - oy * ow, dtype=np.int64)
+        pixels = np.arange(pa, pb, dtype=np.int64)
+        b = Block(len(ox))
+        for t, (ta, tb) in enumerate(tiles):
+            dst = ps_a if t == 0 else ps_b
+            i = ta // krow
+            if i == (tb - 1) // krow:
+                addr = rows_addr[i] + (ox * sw * c + ta - i * krow) * eb
+                b.add(Opcode.SLDI, rd=t_src, r2_or_imm=addr)
+                src_reg = t_src
+            else:
+                for s in range(ta, tb):
+                    if s != ta and s % krow:
+                        continue
+                    i = s // krow
+                    e = min(tb, (i + 1) * krow)
+                    addr = rows_addr[i] + (ox * sw * c + s - i * krow) * eb
                     b.add(Opcode.SLDI, rd=t_src, r2_or_imm=addr)
-                    src_reg = t_src
-                else:
-                    for s in range(ta, tb):
-                        if s != ta and s % krow:
-                            continue
-                        i = s // krow
-                        e = min(tb, (i + 1) * krow)
-                        addr = rows_addr[i] + (ox * sw * c + s - i * krow) * eb
-                        b.add(Opcode.SLDI, rd=t_src, r2_or_imm=addr)
-                        b.add(
-                            Opcode.LMV,
-                            rd=regs.loc(win + (s - ta) * eb, b),
-                            r1=t_src,
-                            generic3=(e - s) * eb,
-                        )
-                    src_reg = regs.loc(win, b)
-                b.add(
-                    Opcode.MVMUL,
-                    rd=regs.loc(dst, b),
-                    r1=src_reg,
-                    r2_or_imm=mbiw,
-                    generic2=ag_base + t,
-                )
-                if t > 0:
-                    _vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
-            _mvm_tail(b, regs, layer, node, srcs, dst_core, ps_a, ps_b, bias, residual, pixels, eb)
-            built = b.build()
-            blocks += regs.flush() + [built]
-        blocks += after[bi]
+                    b.add(
+                        Opcode.LMV,
+                        rd=regs.loc(win + (s - ta) * eb, b),
+                        r1=t_src,
+                        generic3=(e - s) * eb,
+                    )
+                src_reg = regs.loc(win, b)
+            b.add(
+                Opcode.MVMUL,
+                rd=regs.loc(dst, b),
+                r1=src_reg,
+                r2_or_imm=mbiw,
+                generic2=ag_base + t,
+            )
+            if t > 0:
+                _vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
+        _mvm_tail(
+            b,
+            regs,
+            layer,
+            node,
+            srcs,
+            dst_core,
+            ps_a,
+            ps_b,
+            bias,
+            residual,
+            pixels,
+            eb,
+            out_at(oy) if sender else None,
+            ox,
+        )
+        built = b.build()
+        blocks += regs.flush() + [built]
+        if sender:
+            blocks += store_row(ctx, node, oy, pa - oy * ow, pb - oy * ow, out_at(oy), t_addr)
+        blocks += post
+    blocks += comm(len(steps))
     return concat(blocks)
 
 
@@ -704,8 +708,24 @@ def _chunks(start: int, total: int, limit: int = 1 << 20) -> list[tuple[int, int
     return [(a, min(limit, start + total - a)) for a in range(start, start + total, limit)]
 
 
-def _mvm_tail(b, regs, layer, node, srcs, dst_core, ps_a, ps_b, bias, residual, pixels, eb):
-    """Row-group reduction, bias, fused residual, activation and store of an MVM lane block."""
+def _mvm_tail(
+    b,
+    regs,
+    layer,
+    node,
+    srcs,
+    dst_core,
+    ps_a,
+    ps_b,
+    bias,
+    residual,
+    pixels,
+    eb,
+    out_row=None,
+    ox=None,
+):
+    """Row-group reduction, bias, fused residual, activation and store of an MVM lane block (into
+    the local output row at column ox when the node sends its rows over the NoC)."""
     cols = node.c1 - node.c0
     out = layer.output
     for src in srcs:
@@ -720,9 +740,123 @@ def _mvm_tail(b, regs, layer, node, srcs, dst_core, ps_a, ps_b, bias, residual, 
         r_host = (rv.channel_offset + pixels * rv.pixel_stride + node.c0) * eb
         _ld(b, regs, ps_b, R_IN1, r_host, cols * eb)
         _vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
+    if out_row is not None:
+        b.add(Opcode.SLDI, rd=T_DST, r2_or_imm=out_row + ox * cols * eb)
+        _activation_to(b, regs, layer.activation, ps_a, ps_b, cols, T_DST, eb)
+        return
     _activation(b, regs, layer.activation, ps_a, ps_b, cols)
     host = (out.channel_offset + pixels * out.pixel_stride + node.c0) * eb
     _st(b, regs, ps_a, host, cols * eb)
+
+
+def _activation_to(
+    block: Block, regs: Regs, act: str | None, a: int, tmp: int | None, n: int, rd: int, eb: int
+) -> None:
+    """Activation of the n elements at local address a, written to the address in register rd."""
+    ra = regs.loc(a, block)
+    if act == "relu":
+        block.add(Opcode.VRELU, rd=rd, r1=ra, generic3=n)
+    elif act == "sigmoid":
+        block.add(Opcode.VSIGM, rd=rd, r1=ra, generic3=n)
+    elif act == "silu":
+        _vv(block, regs, Opcode.VSIGM, tmp, a, None, n)
+        block.add(Opcode.VVMUL, rd=rd, r1=ra, r2_or_imm=regs.loc(tmp, block), generic3=n)
+    else:
+        block.add(Opcode.LMV, rd=rd, r1=ra, generic3=n * eb)
+
+
+def line_steps(
+    ctx: LowerCtx,
+    node: ComputeNode,
+    bands: list[tuple[int, int]],
+    before: list[list],
+    after: list[list],
+) -> list[tuple[int, int, int, list, list]]:
+    """(output row, pixel range, records before it, records after it) of a line-buffer node, in
+    the step order of spatial/noc.py (row segments for a NoC node, whole rows otherwise): a
+    band's waits before its first step, its syncs after its last."""
+    ow = ctx.sg.layers[node.layer].output.width
+    noc = ctx.sg.noc
+    cuts = row_segments(ow) if noc is not None and noc.uses_lines(node) else [0, ow]
+    out = []
+    for bi, (a, b) in enumerate(bands):
+        steps = row_steps(a, b, ow, cuts)
+        for i, (oy, pa, pb) in enumerate(steps):
+            pre = before[bi] if i == 0 else []
+            post = after[bi] if i == len(steps) - 1 else []
+            out.append((oy, pa, pb, pre, post))
+    return out
+
+
+def _out_rows(ctx: LowerCtx, node: ComputeNode, alloc: LocalAllocator):
+    """Local output rows of a NoC producer (spatial/noc.py out_rows slots); returns the address
+    of output row oy's slot."""
+    layer = ctx.sg.layers[node.layer]
+    ow = layer.output.width
+    row_bytes = ow * layer.cols * ctx.eb
+    n = ctx.sg.noc.out_rows[node.id]
+    base = alloc.alloc(n * row_bytes, "output rows")
+    oy0 = node.p0 // ow
+    return lambda oy: base + ((oy - oy0) % n) * row_bytes
+
+
+def _messages(ctx: LowerCtx, node: ComputeNode, ring_at, in_px: int, out_at, reg: int):
+    """The records of a node's NoC message slot k (spatial/noc.py order_messages): a send of
+    output row columns [x0, x1) from its local output row (`out_at(row)`), a recv of input row
+    columns into the ring (`ring_at(row, x)` is the local address of input column x of a row)."""
+    noc = ctx.sg.noc
+    slots = noc.comm if noc is not None else {}
+    out_px = ctx.sg.layers[node.layer].cols * ctx.eb  # producers compute every channel
+
+    def records(k: int) -> list[np.ndarray]:
+        out = []
+        for m in slots.get((node.id, k), ()):
+            if m.send:
+                out.append(_sldi(reg, out_at(m.row) + m.x0 * out_px))
+                out.append(
+                    make(Opcode.SEND, rd=reg, r2_or_imm=m.peer, generic3=(m.x1 - m.x0) * out_px)
+                )
+            else:
+                out.append(_sldi(reg, ring_at(m.row, m.x0)))
+                out.append(
+                    make(Opcode.RECV, rd=reg, r2_or_imm=m.peer, generic3=(m.x1 - m.x0) * in_px)
+                )
+        return out
+
+    return records
+
+
+def store_row(
+    ctx: LowerCtx, node: ComputeNode, oy: int, xa: int, xb: int, out_row: int, reg: int
+) -> list[np.ndarray]:
+    """st columns [xa, xb) of output row oy from the local output row of a NoC producer, when its
+    buffer keeps a host reader."""
+    eb = ctx.eb
+    layer = ctx.sg.layers[node.layer]
+    out = layer.output
+    if out.buffer not in ctx.sg.noc.host_buffers:
+        return []
+    px = layer.cols * eb
+    w = out.width
+    if out.contiguous:
+        host = (out.channel_offset + (oy * w + xa) * out.pixel_stride) * eb
+        return [
+            _sldi(reg, out_row + xa * px),
+            make(
+                Opcode.ST,
+                rd=R_OUT,
+                r1=reg,
+                generic1=OFFSET_RD,
+                generic2=host,
+                generic3=(xb - xa) * px,
+            ),
+        ]
+    xs = np.arange(xa, xb, dtype=np.int64)
+    b = Block(len(xs))
+    b.add(Opcode.SLDI, rd=reg, r2_or_imm=out_row + xs * px)
+    host = (out.channel_offset + (oy * w + xs) * out.pixel_stride) * eb
+    b.add(Opcode.ST, rd=R_OUT, r1=reg, generic1=OFFSET_RD, generic2=host, generic3=px)
+    return [b.build()]
 
 
 def lower_node_bands(
@@ -763,8 +897,8 @@ def _pool_lines_bytes(layer: Layer, node: ComputeNode, eb: int) -> tuple[int, in
     v = layer.inputs[0]
     kh, kw = layer.kernel_shape
     full = replace(node, r0=0, r1=kh * kw * v.channels)
-    i0, i1, x0, x1, _ = _lines_geometry(layer, full)
-    lines = len(_lines_rows(layer, full, 0, kh)) * max(0, x1 - x0) * v.channels * eb
+    i0, i1, x0, x1, _ = lines_geometry(layer, full)
+    lines = len(lines_rows(layer, full, 0, kh)) * max(0, x1 - x0) * v.channels * eb
     per_pixel = sum(len(cl.pixels) * cl.count for cl in window_classes(layer, node.p0, node.p1))
     return lines, per_pixel * v.channels * eb
 
@@ -791,111 +925,127 @@ def lower_pool_lines(
     is_max = layer.kind == LayerKind.MAXPOOL
     op = Opcode.VVMAX if is_max else Opcode.VVADD
     full = replace(node, r0=0, r1=kh * kw * c)
-    _, _, x0, x1, _ = _lines_geometry(layer, full)
+    _, _, x0, x1, _ = lines_geometry(layer, full)
     row_bytes = v.width * c * eb
     pro, regs, counts, recip = _pool_prologue(ctx, layer, is_max, alloc, c, eb)
-    ring = alloc.alloc(kh * row_bytes, "ring")
+    noc = ctx.sg.noc
+    fed = noc is not None and noc.is_fed(node)
+    slots = noc.ring_rows.get(node.id, kh) if fed else kh
+    ring = alloc.alloc(slots * row_bytes, "ring")
     red = alloc.alloc(row_bytes, "row")
     acc = alloc.alloc(c * eb, "acc")
     tmp = alloc.alloc(c * eb, "tmp")
     regs.loc(acc)
     regs.loc(red)
     t_addr, t_src = TEMPS[3], TEMPS[2]
+    sender = noc is not None and bool(noc.targets.get(node.id))
+    out_at = _out_rows(ctx, node, alloc) if sender else None
     blocks: list[np.ndarray] = regs.flush()
     loaded: set[int] = set()
     seg = (x1 - x0) * c
 
     def slot(iy: int) -> int:
-        return ring + (iy % kh) * row_bytes
+        return ring + (iy % slots) * row_bytes
 
-    for bi, (a, bnd) in enumerate(bands):
-        blocks += before[bi]
-        for oy in range(a // ow, (bnd - 1) // ow + 1):
-            pa, pb = max(a, oy * ow), min(bnd, (oy + 1) * ow)
-            rows = [oy * sh - pt + i for i in range(kh) if 0 <= oy * sh - pt + i < v.height]
-            for iy in rows:
-                if iy in loaded:
-                    continue
-                loaded.add(iy)
-                base = slot(iy) + x0 * c * eb
-                if v.contiguous:
-                    host = (v.channel_offset + (iy * v.width + x0) * v.pixel_stride) * eb
-                    blocks += [
-                        _sldi(t_addr, base),
-                        make(
-                            Opcode.LD,
-                            rd=t_addr,
-                            r1=R_IN0,
-                            generic1=OFFSET_RS1,
-                            generic2=host,
-                            generic3=seg * eb,
-                        ),
-                    ]
-                else:
-                    xs = np.arange(x0, x1, dtype=np.int64)
-                    lb = Block(len(xs))
-                    lb.add(Opcode.SLDI, rd=t_addr, r2_or_imm=base + (xs - x0) * c * eb)
-                    lb.add(
+    comm = _messages(ctx, node, lambda iy, x: slot(iy) + x * c * eb, c * eb, out_at, t_addr)
+    steps = line_steps(ctx, node, bands, before, after)
+    for k, (oy, pa, pb, pre, post) in enumerate(steps):
+        blocks += comm(k) + pre
+        rows = [oy * sh - pt + i for i in range(kh) if 0 <= oy * sh - pt + i < v.height]
+        for iy in rows:
+            if iy in loaded:
+                continue
+            loaded.add(iy)
+            if fed:  # received in the node's message slots
+                continue
+            base = slot(iy) + x0 * c * eb
+            if v.contiguous:
+                host = (v.channel_offset + (iy * v.width + x0) * v.pixel_stride) * eb
+                blocks += [
+                    _sldi(t_addr, base),
+                    make(
                         Opcode.LD,
                         rd=t_addr,
                         r1=R_IN0,
                         generic1=OFFSET_RS1,
-                        generic2=(v.channel_offset + (iy * v.width + xs) * v.pixel_stride) * eb,
-                        generic3=c * eb,
-                    )
-                    blocks.append(lb.build())
-            # vertical reduction of the in-bounds rows into `red` (columns x0..x1)
-            r0 = red + x0 * c * eb
-            rb = Block(1)
-            s0 = slot(rows[0]) + x0 * c * eb
-            if len(rows) == 1:
-                rb.add(Opcode.SLDI, rd=t_src, r2_or_imm=s0)
-                rb.add(Opcode.LMV, rd=regs.loc(r0, rb), r1=t_src, generic3=seg * eb)
+                        generic2=host,
+                        generic3=seg * eb,
+                    ),
+                ]
             else:
-                rb.add(Opcode.SLDI, rd=t_src, r2_or_imm=s0)
-                rb.add(Opcode.SLDI, rd=t_addr, r2_or_imm=slot(rows[1]) + x0 * c * eb)
-                rb.add(op, rd=regs.loc(r0, rb), r1=t_src, r2_or_imm=t_addr, generic3=seg)
-                for iy in rows[2:]:
-                    rb.add(Opcode.SLDI, rd=t_addr, r2_or_imm=slot(iy) + x0 * c * eb)
-                    rb.add(
-                        op, rd=regs.loc(r0, rb), r1=regs.loc(r0, rb), r2_or_imm=t_addr, generic3=seg
-                    )
-            blocks += regs.flush() + [rb.build()]
-            # horizontal reduction per pixel, lanes grouped by in-bounds columns
-            ox = np.arange(pa - oy * ow, pb - oy * ow, dtype=np.int64)
-            ix0 = ox * sw - pl
-            jlo = np.clip(-ix0, 0, kw)
-            jhi = np.clip(v.width - ix0, 0, kw)
-            key = jlo * (kw + 1) + jhi
-            parts = []
-            for k in np.unique(key):
-                m = key == k
-                lo, hi = int(jlo[m][0]), int(jhi[m][0])
-                xs = ix0[m]
-                b = Block(int(m.sum()))
-                b.add(Opcode.SLDI, rd=t_src, r2_or_imm=red + (xs + lo) * c * eb)
-                b.add(Opcode.LMV, rd=regs.loc(acc, b), r1=t_src, generic3=c * eb)
-                for j in range(lo + 1, hi):
-                    b.add(Opcode.SLDI, rd=t_src, r2_or_imm=red + (xs + j) * c * eb)
-                    b.add(op, rd=regs.loc(acc, b), r1=regs.loc(acc, b), r2_or_imm=t_src, generic3=c)
-                if recip is not None:
-                    cnt = kh * kw if layer.count_include_pad else len(rows) * (hi - lo)
-                    _vv(b, regs, Opcode.VVMUL, acc, acc, recip + counts.index(cnt) * c * eb, c)
-                _activation(b, regs, layer.activation, acc, tmp, c)
-                pix = oy * ow + ox[m]
+                xs = np.arange(x0, x1, dtype=np.int64)
+                lb = Block(len(xs))
+                lb.add(Opcode.SLDI, rd=t_addr, r2_or_imm=base + (xs - x0) * c * eb)
+                lb.add(
+                    Opcode.LD,
+                    rd=t_addr,
+                    r1=R_IN0,
+                    generic1=OFFSET_RS1,
+                    generic2=(v.channel_offset + (iy * v.width + xs) * v.pixel_stride) * eb,
+                    generic3=c * eb,
+                )
+                blocks.append(lb.build())
+        # vertical reduction of the in-bounds rows into `red` (the columns this step's windows read)
+        ca = max(0, (pa - oy * ow) * sw - pl)
+        cb = min(v.width, (pb - 1 - oy * ow) * sw - pl + kw)
+        vseg = (cb - ca) * c
+        r0 = red + ca * c * eb
+        rb = Block(1)
+        s0 = slot(rows[0]) + ca * c * eb
+        if len(rows) == 1:
+            rb.add(Opcode.SLDI, rd=t_src, r2_or_imm=s0)
+            rb.add(Opcode.LMV, rd=regs.loc(r0, rb), r1=t_src, generic3=vseg * eb)
+        else:
+            rb.add(Opcode.SLDI, rd=t_src, r2_or_imm=s0)
+            rb.add(Opcode.SLDI, rd=t_addr, r2_or_imm=slot(rows[1]) + ca * c * eb)
+            rb.add(op, rd=regs.loc(r0, rb), r1=t_src, r2_or_imm=t_addr, generic3=vseg)
+            for iy in rows[2:]:
+                rb.add(Opcode.SLDI, rd=t_addr, r2_or_imm=slot(iy) + ca * c * eb)
+                rb.add(
+                    op, rd=regs.loc(r0, rb), r1=regs.loc(r0, rb), r2_or_imm=t_addr, generic3=vseg
+                )
+        blocks += regs.flush() + [rb.build()]
+        # horizontal reduction per pixel, lanes grouped by in-bounds columns
+        ox = np.arange(pa - oy * ow, pb - oy * ow, dtype=np.int64)
+        ix0 = ox * sw - pl
+        jlo = np.clip(-ix0, 0, kw)
+        jhi = np.clip(v.width - ix0, 0, kw)
+        key = jlo * (kw + 1) + jhi
+        parts = []
+        for k in np.unique(key):
+            m = key == k
+            lo, hi = int(jlo[m][0]), int(jhi[m][0])
+            xs = ix0[m]
+            b = Block(int(m.sum()))
+            b.add(Opcode.SLDI, rd=t_src, r2_or_imm=red + (xs + lo) * c * eb)
+            b.add(Opcode.LMV, rd=regs.loc(acc, b), r1=t_src, generic3=c * eb)
+            for j in range(lo + 1, hi):
+                b.add(Opcode.SLDI, rd=t_src, r2_or_imm=red + (xs + j) * c * eb)
+                b.add(op, rd=regs.loc(acc, b), r1=regs.loc(acc, b), r2_or_imm=t_src, generic3=c)
+            if recip is not None:
+                cnt = kh * kw if layer.count_include_pad else len(rows) * (hi - lo)
+                _vv(b, regs, Opcode.VVMUL, acc, acc, recip + counts.index(cnt) * c * eb, c)
+            _activation(b, regs, layer.activation, acc, tmp, c)
+            pix = oy * ow + ox[m]
+            if sender:
+                b.add(Opcode.SLDI, rd=T_DST, r2_or_imm=out_at(oy) + ox[m] * c * eb)
+                b.add(Opcode.LMV, rd=T_DST, r1=regs.loc(acc, b), generic3=c * eb)
+            else:
                 _st(b, regs, acc, (out.channel_offset + pix * out.pixel_stride) * eb, c * eb)
-                parts.append((np.flatnonzero(m), len(b.slots), b.build()))
-            blocks += regs.flush() + [_merge_lanes(parts)]
-        blocks += after[bi]
+            parts.append((np.flatnonzero(m), len(b.slots), b.build()))
+        blocks += regs.flush() + [_merge_lanes(parts)]
+        if sender:
+            blocks += store_row(ctx, node, oy, pa - oy * ow, pb - oy * ow, out_at(oy), t_addr)
+        blocks += post
+    blocks += comm(len(steps))
     return concat(blocks)
 
 
 def use_pool_line_buffer(ctx: LowerCtx, node: ComputeNode) -> bool:
     layer = ctx.sg.layers[node.layer]
-    if layer.kind not in (LayerKind.MAXPOOL, LayerKind.AVGPOOL):
+    if not pool_lines_ok(layer):
         return False
-    v = layer.inputs[0]
-    if v.chw is not None or layer.strides[1] > layer.kernel_shape[1]:
-        return False
+    if ctx.sg.noc is not None and ctx.sg.noc.uses_lines(node):
+        return True
     lines, per_pixel = _pool_lines_bytes(layer, node, ctx.eb)
     return lines < per_pixel

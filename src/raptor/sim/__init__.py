@@ -165,6 +165,8 @@ def simulate(
         cores_used=len(used),
         inter_chip_bytes=int(eng.noc.inter_chip_bytes),
         inter_chip_energy_pj=float(eng.noc.inter_chip_energy_pj),
+        host_bytes_per_inference=eng.gmem.bytes / rounds,
+        noc_bytes_per_inference=eng.noc_bytes / rounds,
     )
     if tensors:
         report.tensors = read_tensors(host.data, host.written, meta.get("tensors", []), eb)

@@ -127,6 +127,7 @@ class Engine:
         self.energy = EnergyCounter()
         self.pending_senders: list[dict[int, float]] = [dict() for _ in range(prog.core_cnt)]
         self.recv_waiting = [-1] * prog.core_cnt
+        self.noc_bytes = 0  # bytes moved core to core by send/recv
         self.cores: list[_Core] = []
         weights = prog.weight_matrices
         for i, stream in enumerate(prog.cores):
@@ -353,6 +354,7 @@ class Engine:
                 rcv, f"recv of {rsize} bytes matches a send of {size} bytes from core {snd.id}"
             )
         rcv.local[r_addr : r_addr + n] = snd.local[s_addr : s_addr + n]
+        self.noc_bytes += size
         rd, e1 = self.local.cost(size, False)
         wr, e2 = self.local.cost(size, True)
         self.energy.local_memory_pj += e1 + e2

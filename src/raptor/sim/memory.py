@@ -17,7 +17,7 @@ from raptor.arch.timing import memory_energy_pj, memory_latency_ns
 class MemoryTiming:
     """Cached latency/energy of one memory; `busy_until` is the end of its request queue."""
 
-    __slots__ = ("cfg", "_cache", "busy_until", "energy_pj", "busy_ns", "requests")
+    __slots__ = ("cfg", "_cache", "busy_until", "energy_pj", "busy_ns", "requests", "bytes")
 
     def __init__(self, cfg: MemoryConfig) -> None:
         self.cfg = cfg
@@ -26,6 +26,7 @@ class MemoryTiming:
         self.energy_pj = 0.0
         self.busy_ns = 0.0
         self.requests = 0
+        self.bytes = 0  # bytes moved through the request queue (ld and st)
 
     def cost(self, size_bytes: int, write: bool) -> tuple[float, float]:
         """(latency ns, dynamic energy pJ) of one transaction."""
@@ -48,6 +49,7 @@ class MemoryTiming:
         self.energy_pj += e
         self.busy_ns += lat
         self.requests += 1
+        self.bytes += size_bytes
         return start, end
 
 

@@ -61,6 +61,8 @@ class SimReport:
     cores_used: int = 0
     inter_chip_bytes: int = 0  # NoC bytes that crossed chips (core<->core and core<->global memory)
     inter_chip_energy_pj: float = 0.0  # the inter-chip link share of the NoC energy
+    host_bytes_per_inference: float = 0.0  # global memory ld + st bytes / inputs
+    noc_bytes_per_inference: float = 0.0  # core-to-core send/recv bytes / inputs
     # intermediates read back from host memory after the run (simulate(tensors=True)), last round
     tensors: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -83,6 +85,8 @@ class SimReport:
             "cores_used": self.cores_used,
             "inter_chip_bytes": self.inter_chip_bytes,
             "inter_chip_energy_pj": self.inter_chip_energy_pj,
+            "host_bytes_per_inference": self.host_bytes_per_inference,
+            "noc_bytes_per_inference": self.noc_bytes_per_inference,
             "wall_time_s": self.wall_time_s,
             "instructions_per_s": self.instructions_per_s,
             "outputs": [{k: list(v.shape) for k, v in o.items()} for o in self.outputs],
@@ -98,6 +102,10 @@ class SimReport:
             f"  power                {self.power_mw:14.3f} mW",
             f"  instructions         {self.instructions_executed:14d} ({self.instructions_per_s:,.0f}/s, {self.wall_time_s:.2f} s wall)",
         ]
+        lines.append(
+            f"  traffic/inference    host ld+st {self.host_bytes_per_inference / 1e6:.3f} MB, "
+            f"NoC send/recv {self.noc_bytes_per_inference / 1e6:.3f} MB"
+        )
         if len(self.deadlines_ns) > 1:
             lines.append(
                 "  deadlines (us)       " + " ".join(f"{d / 1e3:.3f}" for d in self.deadlines_ns)

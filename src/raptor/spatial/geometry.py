@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raptor.spatial.ir import Layer
+from raptor.spatial.ir import ComputeNode, Layer
 
 
 @dataclass(frozen=True)
@@ -60,3 +60,36 @@ def pool_counts(layer: Layer) -> list[int]:
     if layer.count_include_pad:
         return [kh * kw]
     return sorted({c.count for c in window_classes(layer, 0, layer.out_pixels)})
+
+
+def lines_geometry(layer: Layer, node: ComputeNode):
+    """(kernel rows the node's K range touches, input columns [x0, x1) it reads, padded ring row
+    width in pixels) of a line-buffer MVM node."""
+    v = layer.inputs[0]
+    kh, kw = layer.kernel_shape
+    sw, pl, pr = layer.strides[1], layer.pads[1], layer.pads[3]
+    ow = layer.output.width
+    krow = kw * v.channels
+    i0, i1 = node.r0 // krow, (node.r1 - 1) // krow + 1
+    if node.p0 // ow == (node.p1 - 1) // ow:
+        oxa, oxb = node.p0 % ow, (node.p1 - 1) % ow + 1
+    else:
+        oxa, oxb = 0, ow
+    x0 = max(0, oxa * sw - pl)
+    x1 = min(v.width, (oxb - 1) * sw - pl + kw)
+    wp = max(v.width + pl + pr, (ow - 1) * sw + kw)
+    return i0, i1, x0, x1, wp
+
+
+def lines_rows(layer: Layer, node: ComputeNode, i0: int, i1: int) -> list[int]:
+    """Input rows the node loads (each once), in first-use order."""
+    v = layer.inputs[0]
+    sh, pt = layer.strides[0], layer.pads[0]
+    ow = layer.output.width
+    seen: dict[int, None] = {}
+    for oy in range(node.p0 // ow, (node.p1 - 1) // ow + 1):
+        for i in range(i0, i1):
+            iy = oy * sh - pt + i
+            if 0 <= iy < v.height:
+                seen.setdefault(iy, None)
+    return list(seen)

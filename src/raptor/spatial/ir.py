@@ -173,6 +173,7 @@ class SpatialGraph:
     const_values: dict[str, np.ndarray] = field(default_factory=dict)
     replication: dict[str, int] = field(default_factory=dict)
     notes: dict[str, object] = field(default_factory=dict)
+    noc: object | None = None  # raptor.spatial.noc.NocPlan: edges carried over the NoC
 
     def with_nodes(self, nodes: list[ComputeNode]) -> SpatialGraph:
         return replace(self, nodes=nodes)

@@ -19,10 +19,12 @@ from typing import ClassVar
 import numpy as np
 
 from raptor.arch import Arch
+from raptor.arch.timing import memory_latency_ns
 from raptor.errors import PassFailedError
 from raptor.spatial.cost import lane_bus_ns, lane_ns, node_ns
 from raptor.spatial.ir import ComputeNode, LayerKind, NodeKind, SpatialGraph
 from raptor.spatial.merging import pack_balanced, pack_plain
+from raptor.spatial.noc import noc_edges
 from raptor.spatial.tiling import gemm_slices, make_nodes
 
 
@@ -34,9 +36,16 @@ def _effective_crossbars(arch: Arch, xb: int) -> float:
 
 
 def choose_replication(
-    arch: Arch, sg: SpatialGraph, budget_scale: float = 1.0, latency: bool = False
+    arch: Arch,
+    sg: SpatialGraph,
+    budget_scale: float = 1.0,
+    latency: bool = False,
+    noc: bool = False,
 ) -> tuple[dict[int, int], dict[int, int]]:
-    """(replicas per GEMM layer, splits per vector layer / reduce step) by water-filling."""
+    """(replicas per GEMM layer, splits per vector layer / reduce step) by water-filling. With
+    `noc` (the NoC dataflow follows), a layer fed core to core puts no load on global memory and
+    any other reads its input rows once through line buffers."""
+    fed = noc_edges(sg) if noc else {}
     gemm = {}
     total_work = bus_total = 0.0
     for ly in sg.layers:
@@ -47,7 +56,16 @@ def choose_replication(
         probe = ComputeNode(0, ly.index, NodeKind.MVM, 0, 1, s.c0, s.c1, s.r0, s.r1, s.row_group)
         t = lane_ns(arch, ly, probe)
         xb = sum(_effective_crossbars(arch, sl.crossbars) for sl in slices)
-        bus = lane_bus_ns(arch, ly, probe) * ly.out_pixels * len(slices)
+        if not noc:
+            bus = lane_bus_ns(arch, ly, probe) * ly.out_pixels * len(slices)
+        elif ly.index in fed:
+            bus = 0.0
+        else:
+            v = ly.inputs[0]
+            row = memory_latency_ns(
+                arch.global_memory, v.width * v.channels * arch.element_bytes, False
+            )
+            bus = v.height * row
         gemm[ly.index] = (t, ly.out_pixels, xb, bus)
         bus_total += bus
         total_work += t * ly.out_pixels * len(slices)
@@ -139,12 +157,13 @@ class SpatialPlanningPass:
 
     latency: bool = False  # plan for one input's latency rather than pipeline throughput
     span: int | None = None  # layer window per core (merging.pack_balanced), pipelined mode
+    noc: bool = False  # the NoC dataflow pass follows (spatial/noc.py)
     name: ClassVar[str] = "spatial-planning"
 
     def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
         last_err: PassFailedError | None = None
         for scale in (1.0, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.0):
-            reps, splits = choose_replication(arch, sg, scale, self.latency)
+            reps, splits = choose_replication(arch, sg, scale, self.latency, self.noc)
             nodes = make_nodes(sg, arch, reps, splits)
             times = np.array([node_ns(arch, sg.layers[n.layer], n) for n in nodes])
             try:

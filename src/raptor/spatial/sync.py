@@ -1,5 +1,11 @@
 """Synchronization: sync/wait tokens that order producers and consumers of host buffers.
 
+Only host-memory data needs tokens. An edge the NoC dataflow carries (spatial/noc.py) is ordered
+by its send/recv rendezvous and needs none, also across pipeline rounds (a consumer receives round
+r+1's rows only after its own program restarted), so tokens guard what stays in host memory:
+buffers with a host reader (residuals, flattened or concatenated views, edges the NoC cannot
+carry), their lifetime across rounds (credits) and the restart of their writers.
+
 Data tokens: for each host buffer B and each core C that reads B, every other core P that writes B
 executes `sync ev, C` after its last node writing B, and C executes `wait ev, |P|` before its first
 node reading B (one event register of C per buffer). With `bands=True` (Raptor) these buffer tokens
@@ -22,7 +28,8 @@ Network inputs/outputs need no tokens (the simulator streams them per round); a 
 read on one core needs none (in-order issue). Row-group reduction trees (NoC send/recv) order
 themselves by rendezvous. Deadlock freedom: every core runs its nodes in topological layer order, data waits
 only point to earlier layers of the same round, and an end-of-round credit wait only needs reads
-of the same round (induction on round, then layer).
+of the same round (induction on round, then layer); with NoC edges, the message order of
+spatial/noc.py simulates these tokens too, so tokens and messages share one global order.
 """
 
 from __future__ import annotations
@@ -42,21 +49,24 @@ from raptor.spatial.ir import (
     SpatialGraph,
     SyncToken,
 )
+from raptor.spatial.noc import host_views
 
 
 def node_writes(sg: SpatialGraph, n: ComputeNode) -> str | None:
-    """The host buffer a node stores into (None: a row group that sends its partial sum on)."""
+    """The host buffer a node stores into (None: a row group that sends its partial sum on, or a
+    producer whose rows only travel over the NoC, spatial/noc.py)."""
     ly = sg.layers[n.layer]
     if n.kind == NodeKind.MVM and n.row_group > 0:
+        return None
+    if sg.noc is not None and ly.output.buffer not in sg.noc.host_buffers:
         return None
     return ly.output.buffer
 
 
 def node_reads(sg: SpatialGraph, n: ComputeNode) -> list[str]:
-    ly = sg.layers[n.layer]
-    if n.kind == NodeKind.MVM and n.row_group > 0:
-        return [ly.inputs[0].buffer]  # only the root row group reads a fused residual
-    return list(dict.fromkeys(v.buffer for v in ly.inputs))
+    """Host buffers a node loads (only the root row group reads a fused residual; a fed unit's
+    window input arrives over the NoC)."""
+    return list(dict.fromkeys(v.buffer for _, v in host_views(sg, n, sg.noc)))
 
 
 @dataclass(frozen=True)
@@ -347,10 +357,10 @@ def _band_tokens(sg: SpatialGraph, base: SpatialGraph) -> SpatialGraph | None:
         nodes_of: dict[int, set[int]] = {}  # P -> C's nodes that need it
         for n in nodes:
             ly = sg.layers[n.layer]
-            views = [ly.inputs[0]] if (n.kind == NodeKind.MVM and n.row_group > 0) else ly.inputs
+            views = host_views(sg, n, sg.noc)
             for i, (a, b) in enumerate(bands[n.id]):
                 target: dict[int, int] = {}
-                for k, v in enumerate(views):
+                for k, v in views:
                     if v.buffer in skip:
                         continue
                     need = input_need(ly, k, a, b)
