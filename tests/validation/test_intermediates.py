@@ -23,11 +23,12 @@ def _vgg8(tmp_path, **opts):
 
 
 def test_first_tensor_over_tolerance_names_the_broken_layer(tmp_path, capsys):
-    model, run = _vgg8(tmp_path)
+    model, run = _vgg8(tmp_path, disable_noc_dataflow=True)
     args = ["validate", str(run), "--model", str(model), "--arch", "arch-a", "--intermediates"]
     assert main(args) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-2].startswith("intermediates of input 0: 10 of 18 tensors stored by the program")
+    assert lines[-3].startswith("intermediates of input 0: 10 of 18 tensors stored by the program")
+    assert lines[-2].startswith("  (tensors the program keeps in local memory or sends core to")
     assert lines[-1] == "  no tensor over tolerance"
     # a 1 % error in one output channel of the first conv's crossbar weights
     cfg = json.loads((run / "pim" / "config.json").read_text())
@@ -50,25 +51,34 @@ def test_first_tensor_over_tolerance_names_the_broken_layer(tmp_path, capsys):
 
 
 def test_throughput_rounds_compare_the_last_input(tmp_path):
-    model, run = _vgg8(tmp_path, mode="throughput", pipeline=2)
+    model, run = _vgg8(tmp_path, mode="throughput", pipeline=2, disable_noc_dataflow=True)
     v = validate_dir(run, model, load_arch("arch-a"), mode="throughput", intermediates=True)
     assert v.passed and v.tensors_round == 1 and len(v.tensors) == 10
     assert v.first_bad_tensor is None
 
 
 def test_only_stored_tensors_are_read_back():
-    """pimcomp's latency schedule forwards activations core to core and stores only the output:
+    """pimcomp's latency schedule and Raptor's NoC dataflow forward activations core to core:
     no intermediate may then be read from the (never written) host buffers."""
     m = build_model("vgg8", 16)
     arch = load_arch("arch-a")
     x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
     sess = ort.InferenceSession(_with_all_outputs(m).SerializeToString())
     ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"input": x})))
-    for compiler, stored in (("pimcomp", 1), ("raptor", 11)):
-        prog = compile_model(m, arch, CompileOptions(compiler=compiler)).program
+    counts = {}
+    for opts in (
+        CompileOptions(compiler="pimcomp"),
+        CompileOptions(),
+        CompileOptions(disable_noc_dataflow=True),
+    ):
+        prog = compile_model(m, arch, opts).program
         assert len(prog.meta["tensors"]) >= 11
         got = simulate(prog, arch, inputs=[{"input": x}], tensors=True).tensors
-        assert len(got) == stored and "classifier.fc1" in got
+        assert "classifier.fc1" in got
+        counts[(opts.compiler, opts.disable_noc_dataflow)] = len(got)
         for name, val in got.items():
             err = np.abs(val - ref[name]).max() / np.abs(ref[name]).max()
             assert err < RTOL, name
+    # pimcomp stores only the output; Raptor's host-memory dataflow every activation but flatten
+    assert counts[("pimcomp", False)] == 1 and counts[("raptor", True)] == 11
+    assert 1 <= counts[("raptor", False)] < 11

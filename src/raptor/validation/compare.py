@@ -185,6 +185,11 @@ class Verdict:
             f"{self.tensors_total} tensors stored by the program compared, {len(bad)} over "
             f"tolerance {self.rtol:g} (relative to each tensor's max|ref|)"
         ]
+        if len(self.tensors) < self.tensors_total:
+            lines.append(
+                "  (tensors the program keeps in local memory or sends core to core are not "
+                "compared; `raptor compile --pim-disable-noc-dataflow` stores every activation)"
+            )
         first = self.first_bad_tensor
         if first is None:
             return lines + ["  no tensor over tolerance"]
