@@ -13,6 +13,7 @@ from toy import ARCH_TINY, max_rel_err, reference, toy_convnet, toy_inception, t
 from raptor.arch import load_arch
 from raptor.compiler import CompileResult, compile_model, compile_to_dir
 from raptor.frontend import load_graph
+from raptor.isa.pimdir import PimProgram
 from raptor.options import CompileOptions
 from raptor.sim import simulate
 
@@ -106,7 +107,9 @@ def test_pimcomp_is_delegated(monkeypatch):
 
     def fake_compile(g, a, o):
         called["yes"] = (g.name, o.compiler)
-        return CompileResult(program=None, report={"compiler": "pimcomp"})
+        return CompileResult(
+            program=PimProgram(cores=[], array_group_map=[]), report={"compiler": "pimcomp"}
+        )
 
     fake.compile_model = fake_compile
     monkeypatch.setitem(sys.modules, "raptor.pimcomp", fake)
@@ -116,6 +119,8 @@ def test_pimcomp_is_delegated(monkeypatch):
     res = compile_model(toy_convnet(), ARCH, CompileOptions(compiler="pimcomp"))
     assert called["yes"][1] == "pimcomp"
     assert res.report["compiler"] == "pimcomp" and "latency_lb_budget_ns" in res.report["bounds"]
+    # the delegated compiler's program records its target too
+    assert (res.program.target.compiler, res.program.target.arch) == ("pimcomp", ARCH.name)
 
 
 @pytest.mark.parametrize("plan", [True, False])

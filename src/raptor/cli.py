@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -34,7 +36,7 @@ def _cmd_arch_export_pimsim(args: argparse.Namespace) -> int:
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from raptor.isa.inspect import inspect_pimdir
 
-    summary = inspect_pimdir(args.dir)
+    summary = inspect_pimdir(args.dir, _arch_or_none(args), force_target=args.force_target)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -92,43 +94,60 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_simulate(args: argparse.Namespace) -> int:
+def _arch_or_none(args: argparse.Namespace):
+    """--arch when given; None lets the library take the pim/ directory's target record."""
     from raptor.arch import load_arch
 
+    return load_arch(args.arch) if args.arch else None
+
+
+def _warn_override(lines: list[str]) -> None:
+    for line in lines:
+        print(f"raptor: {line}", file=sys.stderr)
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.engine == "pimsim-nn":
         from raptor.sim.pimsim_engine import run_pimsim
 
         report = run_pimsim(
             args.dir,
-            load_arch(args.arch),
+            _arch_or_none(args),
             mode=args.mode,
             pipeline=args.pipeline,
             binary=args.pimsim_bin,
+            force_target=args.force_target,
         )
-        print(json.dumps(report.to_dict(), indent=2) if args.json else report.format())
-        return 0
-    from raptor.sim import simulate_dir
+    else:
+        from raptor.sim import simulate_dir
 
-    report = simulate_dir(
-        args.dir, load_arch(args.arch), mode=args.mode, pipeline=args.pipeline, inputs=args.inputs
-    )
+        report = simulate_dir(
+            args.dir,
+            _arch_or_none(args),
+            mode=args.mode,
+            pipeline=args.pipeline,
+            inputs=args.inputs,
+            force_target=args.force_target,
+        )
+    _warn_override(report.target_override)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.format())
     return 0
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from raptor.arch import load_arch
     from raptor.validation.compare import validate_dir
 
     verdict = validate_dir(
         args.dir,
         args.model,
-        load_arch(args.arch),
+        _arch_or_none(args),
         mode=args.mode,
         pipeline=args.pipeline,
         seed=args.seed,
+        force_target=args.force_target,
         intermediates=args.intermediates,
     )
+    _warn_override((verdict.sim or {}).get("target_override", []))
     print(json.dumps(verdict.to_dict(), indent=2) if args.json else verdict.format())
     return 0 if verdict.passed else 1
 
@@ -146,26 +165,69 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="raptor", description="ONNX to ReRAM-crossbar PIM compiler and simulator"
     )
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        help="print the traceback of an internal error instead of writing it to a log file",
+    )
     sub = p.add_subparsers(dest="command", required=True)
+    arch_help = "arch-a, arch-b, arch-c or an architecture JSON file"
+    json_help = "print JSON instead of text (default: off)"
 
     arch = sub.add_parser("arch", help="architecture files").add_subparsers(
         dest="arch_command", required=True
     )
     show = arch.add_parser("show", help="summarise an architecture (name or JSON path)")
-    show.add_argument("arch")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("arch", help=arch_help)
+    show.add_argument("--json", action="store_true", help=json_help)
     show.set_defaults(func=_cmd_arch_show)
     ex = arch.add_parser(
         "export-pimsim", help="write the pimsim-nn arch config and NoC table for an architecture"
     )
-    ex.add_argument("arch")
-    ex.add_argument("--out", required=True, help="directory for config.json and network.json")
-    ex.add_argument("--mode", choices=("latency", "throughput"), default="latency")
+    ex.add_argument("arch", help=arch_help)
+    ex.add_argument(
+        "--out", required=True, help="directory for config.json and network.json (required)"
+    )
+    ex.add_argument(
+        "--mode",
+        choices=("latency", "throughput"),
+        default="latency",
+        help="pimsim-nn simulation mode written into the config (default: latency)",
+    )
     ex.set_defaults(func=_cmd_arch_export_pimsim)
 
+    def add_target_args(sp: argparse.ArgumentParser, run: bool = True) -> None:
+        """Options that default to the pim/ directory's target record (pim/target.json)."""
+        sp.add_argument(
+            "--arch",
+            default=None,
+            help=f"{arch_help} (default: the one in pim/target.json; required without a record)",
+        )
+        if run:
+            sp.add_argument(
+                "--mode",
+                choices=("latency", "throughput"),
+                default=None,
+                help="latency or throughput (default: the recorded mode; latency without a record)",
+            )
+            sp.add_argument(
+                "--pipeline",
+                type=int,
+                default=None,
+                help="inputs streamed in throughput mode (default: the recorded pipeline; "
+                "without a record config.json's, else 4)",
+            )
+        sp.add_argument(
+            "--force-target",
+            action="store_true",
+            help="run even where the options contradict pim/target.json; the output is marked "
+            "TARGET OVERRIDE (default: off)",
+        )
+
     ins = sub.add_parser("inspect", help="summarise a pim/ directory (either instruction format)")
-    ins.add_argument("dir")
-    ins.add_argument("--json", action="store_true")
+    ins.add_argument("dir", help="a pim/ directory or its parent")
+    add_target_args(ins, run=False)
+    ins.add_argument("--json", action="store_true", help=json_help)
     ins.set_defaults(func=_cmd_inspect)
 
     models = sub.add_parser("models", help="the model suite").add_subparsers(
@@ -173,48 +235,70 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mb = models.add_parser("build", help="build a suite model as ONNX")
     mb.add_argument("name", help="vgg8, resnet18, resnet34, googlenet or yolo11n")
-    mb.add_argument("--out", required=True)
+    mb.add_argument("--out", required=True, help="ONNX file to write (required)")
     mb.add_argument(
         "--input-size",
         type=int,
         default=None,
         help="input height = width (default: the model's own)",
     )
-    mb.add_argument("--seed", type=int, default=0)
+    mb.add_argument("--seed", type=int, default=0, help="seed of the weights (default 0)")
     mb.add_argument(
         "--activations",
         choices=("probe", "realistic"),
         default="probe",
-        help="yolo11n only: realistic = batch-calibrated BN with a trained detector's magnitudes",
+        help="yolo11n only: realistic = batch-calibrated BN with large attention and DFL logits "
+        "(default: probe)",
     )
     mb.set_defaults(func=_cmd_models_build)
 
-    def add_run_args(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--arch", required=True, help="arch-a, arch-b, arch-c or a JSON file")
-        sp.add_argument("--mode", choices=("latency", "throughput"), default="latency")
-        sp.add_argument(
-            "--pipeline",
-            type=int,
-            default=None,
-            help="inputs streamed in throughput mode (default 4)",
-        )
-
     cp = sub.add_parser("compile", help="compile an ONNX model to a pim/ directory")
-    cp.add_argument("model")
-    add_run_args(cp)
-    cp.add_argument("--out", required=True, help="output directory (pim/ and compile_report.json)")
-    cp.add_argument("--compiler", choices=("raptor", "pimcomp"), default="raptor")
+    cp.add_argument("model", help="ONNX model file")
+    cp.add_argument("--arch", required=True, help=f"{arch_help} (required)")
+    cp.add_argument(
+        "--mode",
+        choices=("latency", "throughput"),
+        default="latency",
+        help="latency (one input) or throughput (a layer pipeline) (default: latency)",
+    )
+    cp.add_argument(
+        "--pipeline",
+        type=int,
+        default=None,
+        help="inputs streamed in throughput mode (default 4; latency mode is 1)",
+    )
+    cp.add_argument(
+        "--out",
+        required=True,
+        help="output directory: pim/ (with target.json) and compile_report.json (required)",
+    )
+    cp.add_argument(
+        "--compiler",
+        choices=("raptor", "pimcomp"),
+        default="raptor",
+        help="Raptor or the PIMCOMP baseline (default: raptor)",
+    )
     cp.add_argument(
         "--replication",
         choices=("balance", "W0H0", "uniform"),
         default="balance",
-        help="pimcomp only",
+        help="pimcomp only: replication method (default: balance)",
     )
     cp.add_argument(
-        "--pim-emit-json", action="store_true", help="write core_<i>.json instead of core_<i>.pim"
+        "--pim-emit-json",
+        action="store_true",
+        help="write core_<i>.json instead of core_<i>.pim (default: off)",
     )
-    cp.add_argument("--pim-disable-synchronization", action="store_true")
-    cp.add_argument("--pim-disable-spatial-planning", action="store_true")
+    cp.add_argument(
+        "--pim-disable-synchronization",
+        action="store_true",
+        help="Raptor: no sync/wait tokens; faster and allowed to fail validation (default: off)",
+    )
+    cp.add_argument(
+        "--pim-disable-spatial-planning",
+        action="store_true",
+        help="Raptor: one replica per layer, cores in plain order (default: off)",
+    )
     cp.add_argument(
         "--pim-disable-noc-dataflow",
         action="store_true",
@@ -224,25 +308,28 @@ def build_parser() -> argparse.ArgumentParser:
     cp.set_defaults(func=_cmd_compile)
 
     sp = sub.add_parser("simulate", help="simulate a pim/ directory (values and timing)")
-    sp.add_argument("dir")
-    add_run_args(sp)
+    sp.add_argument("dir", help="a pim/ directory or its parent")
+    add_target_args(sp)
     sp.add_argument("--inputs", default=None, help=".npz of inputs (default: seeded random inputs)")
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--json", action="store_true", help=json_help)
     sp.add_argument(
         "--engine",
         choices=("ours", "pimsim-nn"),
         default="ours",
-        help="our simulator (values and timing) or pimsim-nn's ChipTest (timing only)",
+        help="our simulator (values and timing) or pimsim-nn's ChipTest (timing only) "
+        "(default: ours)",
     )
     sp.add_argument("--pimsim-bin", default=None, help="ChipTest binary (default: $PIMSIM_NN_BIN)")
     sp.set_defaults(func=_cmd_simulate)
 
     vp = sub.add_parser("validate", help="simulate and compare against onnxruntime")
-    vp.add_argument("dir")
-    vp.add_argument("--model", required=True)
-    add_run_args(vp)
-    vp.add_argument("--seed", type=int, default=0)
-    vp.add_argument("--json", action="store_true")
+    vp.add_argument("dir", help="a pim/ directory or its parent")
+    vp.add_argument(
+        "--model", required=True, help="the ONNX model the directory was compiled from (required)"
+    )
+    add_target_args(vp)
+    vp.add_argument("--seed", type=int, default=0, help="seed of the reference inputs (default 0)")
+    vp.add_argument("--json", action="store_true", help=json_help)
     vp.add_argument(
         "--intermediates",
         action="store_true",
@@ -254,10 +341,42 @@ def build_parser() -> argparse.ArgumentParser:
     bp = sub.add_parser(
         "bounds", help="ideal latency/throughput/energy bounds of a model on a chip"
     )
-    bp.add_argument("model")
-    bp.add_argument("--arch", required=True)
+    bp.add_argument("model", help="ONNX model file")
+    bp.add_argument("--arch", required=True, help=f"{arch_help} (required)")
     bp.set_defaults(func=_cmd_bounds)
     return p
+
+
+EXIT_USER_ERROR = 2  # bad input: one line naming the problem (argparse uses 2 as well)
+EXIT_INTERNAL_ERROR = 70  # a bug in raptor (EX_SOFTWARE): one line + a log with the traceback
+
+
+def _internal_error(e: BaseException, debug: bool) -> int:
+    """One line for an unexpected exception; the traceback goes to a log file (or, with
+    --debug, to stderr)."""
+    import tempfile
+    import time
+    import traceback
+
+    tb = traceback.format_exc()
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    what = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+    if debug:
+        print(tb, end="", file=sys.stderr)
+        print(f"raptor: internal error: {what}", file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
+    where = "(could not write a log)"
+    try:
+        fd, log = tempfile.mkstemp(
+            prefix=f"raptor-internal-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".log"
+        )
+        with os.fdopen(fd, "w") as f:
+            f.write(f"raptor {' '.join(sys.argv[1:])}\n{tb}")
+        where = f"(traceback in {log}; rerun with --debug to print it)"
+    except OSError:
+        pass
+    print(f"raptor: internal error: {what} {where}", file=sys.stderr)
+    return EXIT_INTERNAL_ERROR
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,10 +385,21 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except RaptorError as e:
         print(f"raptor: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("raptor: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout went away (`raptor ... | head`)
+        with contextlib.suppress(OSError, ValueError):  # no flush error at exit either
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except OSError as e:  # the file system refused a path the user gave (permissions, space)
+        if e.filename is None:
+            return _internal_error(e, args.debug)
+        print(f"raptor: error: {e.filename}: {e.strerror}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except Exception as e:  # noqa: BLE001 - anything else is a bug: one line and a log
+        return _internal_error(e, args.debug)
 
 
 if __name__ == "__main__":

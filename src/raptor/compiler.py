@@ -1,6 +1,6 @@
 """The Raptor compiler pipeline: ONNX (or Graph IR) -> Spatial IR -> per-core PIM programs.
 
-`compile_model` lists its passes top to bottom; a disabled pass is visible there.
+`_compile_model` lists its passes top to bottom; a disabled pass is visible there.
 """
 
 from __future__ import annotations
@@ -44,7 +44,16 @@ def _load(model) -> Graph:
 
 
 def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> CompileResult:
-    """Compile `model` (path, onnx.ModelProto or Graph) for `arch` under `opts`."""
+    """Compile `model` (path, onnx.ModelProto or Graph) for `arch` under `opts`; the program
+    records what it was compiled for (pim/target.json, raptor.isa.target), whichever compiler."""
+    from raptor.isa.target import make_record
+
+    res = _compile_model(model, arch, opts)
+    res.program.target = make_record(arch, opts, res.report.get("local_memory_peak_bytes"))
+    return res
+
+
+def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> CompileResult:
     times: dict[str, float] = {}
 
     def timed(name, fn, *args):
@@ -226,7 +235,9 @@ def _noc_report(sg) -> dict[str, Any] | None:
         return None
     return {
         "fed_units": len(plan.fed),
-        "producer_layers": sorted({sg.layers[p].name for p in plan.producer_layer.values()}),
+        "producer_layers": sorted(
+            {sg.layers[s.layer].name for srcs in plan.sources.values() for s in srcs}
+        ),
         "host_buffers": sorted(b for b in plan.host_buffers if b in sg.buffers),
         "demoted_units": dict(plan.demoted),
         "message_order_estimated_ns": round(plan.estimated_ns, 1),

@@ -5,6 +5,10 @@ class RaptorError(Exception):
     """Base class of every error the CLI reports as one line and a non-zero exit."""
 
 
+class ModelError(RaptorError):
+    """An ONNX file that cannot be read or fails the import gate (frontend/gate.py)."""
+
+
 class UnsupportedOpError(RaptorError):
     """An ONNX op (or attribute combination) the compiler cannot map."""
 
@@ -27,3 +31,8 @@ class ArchConfigError(RaptorError):
 
 class SimulationError(RaptorError):
     """The simulator hit an invalid state (deadlock, bad address, missing weights)."""
+
+
+class TargetMismatchError(RaptorError):
+    """A program asked to run on a chip, mode or pipeline it was not compiled for, or on a chip
+    it does not fit."""

@@ -6,8 +6,10 @@ import sys
 import types
 
 import numpy as np
+import pytest
 from simprog import ld, program, sldi, st
 
+from raptor.errors import SimulationError
 from raptor.isa.pimdir import write_pimdir
 from raptor.sim import simulate_dir
 from raptor.validation.compare import validate_dir
@@ -66,6 +68,30 @@ def test_validate_dir_with_reference(tmp_path, arch, monkeypatch):
     fake = types.ModuleType("raptor.validation.reference")
     fake.ensure_reference = ensure_reference
     monkeypatch.setitem(sys.modules, "raptor.validation.reference", fake)
+    monkeypatch.setattr("raptor.frontend.gate.check_model", lambda path: None)  # no model file
     v = validate_dir(tmp_path / "case", "model.onnx", arch, "throughput", 2, 0)
     assert v.passed and len(v.errors) == 2
     assert v.to_dict()["simulation"]["pipeline"] == 2
+
+
+@pytest.mark.parametrize(
+    "write,problem",
+    [
+        (lambda p: p.write_text("garbage\n"), "not an .npz file of input arrays"),
+        (
+            lambda p: np.save(p.open("wb"), np.zeros(3)),
+            "a single .npy array, not an .npz file of named inputs",
+        ),
+        (
+            lambda p: np.savez(p.open("wb"), **{"r/x": np.zeros(3)}),
+            "key 'r/x' is not <round>/<input name>",
+        ),
+    ],
+)
+def test_bad_inputs_file_is_one_line(tmp_path, arch, write, problem):
+    copy_dir(tmp_path)
+    path = tmp_path / "in.npz"
+    write(path)
+    with pytest.raises(SimulationError) as e:
+        simulate_dir(tmp_path / "case", arch, "latency", inputs=str(path))
+    assert str(e.value) == f"{path}: {problem}"

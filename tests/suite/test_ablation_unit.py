@@ -139,3 +139,37 @@ def test_code_fingerprint_tracks_sources(tmp_path):
     (tmp_path / "arch.json").write_text('{"cores": 2}')
     assert tree_fingerprint(tmp_path) != before
     assert len(code_fingerprint()) == 64
+
+
+def test_dry_run_spells_out_the_runner_defaults(capsys):
+    """The whole case set is visible: architectures, jobs and seed appear even when not given,
+    and a forwarded value replaces its default instead of joining it."""
+    from raptor.suite.cases import DEFAULT_ARCHS
+
+    assert main(["--dry-run", "--variant", "no-plan"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4
+    for ln in lines:
+        assert f" --archs {' '.join(DEFAULT_ARCHS)} " in ln
+        assert " --jobs 1 " in ln and " --seed 0" in ln and "SUPPRESS" not in ln
+    assert main(["--dry-run", "--archs", "arch-c", "--jobs", "2", "--seed", "3"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    for ln in lines:
+        assert ln.count("--archs") == ln.count("--jobs") == ln.count("--seed") == 1
+        assert "--archs arch-c" in ln and "--jobs 2" in ln and "--seed 3" in ln
+
+
+def test_every_script_option_states_its_default():
+    from raptor.suite.ablation import build_parser as ablation_parser
+    from raptor.suite.runner import build_parser as runner_parser
+
+    missing = [
+        f"{p.prog} {a.option_strings[-1]}"
+        for p in (runner_parser(), ablation_parser())
+        for a in p._actions
+        if a.option_strings
+        and a.option_strings[0] != "-h"
+        and a.help != "==SUPPRESS=="
+        and "default" not in (a.help or "")
+    ]
+    assert missing == []

@@ -2,7 +2,8 @@
 
     load_graph(model) -> Graph     model: path, str or onnx.ModelProto
 
-Pipeline: cleanup (batch 1, constants, Identity, shape inference; onnxslim with slim=True)
+Pipeline: gate (gate.check_model: the file, the checker, strict shape inference, opset,
+inputs/outputs, attribute ranges) → cleanup (batch 1, constants, Identity, shape inference; onnxslim with slim=True)
 → importer (per-op handlers, canonical attributes, ceil_mode / Gemm / ReduceMean resolved)
 → fold (BatchNormalization, Pad, bias Add) → fuse (activations) → check every op is one of
 NORMALIZED_OPS → Graph.verify().
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import onnx
 
-from raptor.errors import UnsupportedOpError
+from raptor.errors import RaptorError, UnsupportedOpError
 from raptor.frontend.graph import NORMALIZED_OPS, Graph, Node
 
 
@@ -39,15 +40,19 @@ def load_graph(model: str | Path | onnx.ModelProto, slim: bool = False) -> Graph
     from raptor.frontend.cleanup import cleanup
     from raptor.frontend.fold import fold_batchnorm, fold_bias_add, fold_pad
     from raptor.frontend.fuse import fuse_activations
-    from raptor.frontend.importer import import_model, read_model
+    from raptor.frontend.gate import check_model
+    from raptor.frontend.importer import import_model
 
-    m = cleanup(read_model(model), slim=slim)
-    g = import_model(m)
-    fold_batchnorm(g)
-    fold_pad(g)
-    fold_bias_add(g)
-    fuse_activations(g)
-    return finalize(g)
+    checked = check_model(model)
+    try:
+        g = import_model(cleanup(checked.model, slim=slim))
+        fold_batchnorm(g)
+        fold_pad(g)
+        fold_bias_add(g)
+        fuse_activations(g)
+        return finalize(g)
+    except RaptorError as e:  # name the file, as the gate does
+        raise type(e)(f"{checked.label}: {e}") from None
 
 
 __all__ = ["Graph", "Node", "NORMALIZED_OPS", "load_graph"]

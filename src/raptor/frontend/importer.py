@@ -5,7 +5,6 @@ Anything without a handler raises UnsupportedOpError naming the op type and the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -474,12 +473,6 @@ HANDLERS: dict[str, Callable[[_Ctx, onnx.NodeProto], None]] = {
     "Identity": _identity,
     "Dropout": _identity,
 }
-
-
-def read_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
-    if isinstance(model, onnx.ModelProto):
-        return model
-    return onnx.load(str(model))
 
 
 def import_model(model: onnx.ModelProto) -> Graph:

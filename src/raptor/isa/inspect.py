@@ -9,13 +9,20 @@ import numpy as np
 
 from raptor.isa.pimdir import read_pimdir
 from raptor.isa.table import opcode_counts
+from raptor.isa.target import fit_figures, resolve_target
 
 
-def inspect_pimdir(path: str | Path) -> dict[str, Any]:
+def inspect_pimdir(path: str | Path, arch=None, force_target: bool = False) -> dict[str, Any]:
+    """Summary of a pim/ directory, with its target record and how it fits the chip (the
+    recorded one, or `arch`, which must not contradict the record unless force_target)."""
     path = Path(path)
     if (path / "pim" / "config.json").is_file():
         path = path / "pim"
     prog = read_pimdir(path, load_data=False)
+    fit = None
+    if arch is not None or prog.target is not None:
+        rt = resolve_target(prog, arch, force=force_target)
+        fit = {**fit_figures(prog, rt.arch, rt.record), "target_override": rt.override_lines()}
     per_core = []
     total: dict[str, int] = {}
     for i, stream in enumerate(prog.cores):
@@ -47,6 +54,8 @@ def inspect_pimdir(path: str | Path) -> dict[str, Any]:
             for k, v in prog.meta.items()
             if k in ("compiler", "arch", "mode", "pipeline", "element_bytes")
         },
+        "target": None if prog.target is None else prog.target.to_dict(),
+        "fit": fit,
         "per_core": per_core,
     }
 
@@ -59,8 +68,29 @@ def format_summary(s: dict[str, Any]) -> str:
         f"array groups   {s['array_groups']} over {s['crossbars']} crossbars",
         f"bytes          {s['total_bytes']} ({', '.join(f'{k} {v}' for k, v in s['bytes'].items() if not k.startswith('core_'))})",
     ]
-    if s["meta"]:
-        lines.append("compiled for   " + ", ".join(f"{k}={v}" for k, v in s["meta"].items()))
+    fit = s.get("fit")
+    if fit:
+        lines[:0] = fit["target_override"]
+    t = s.get("target")
+    if t:
+        lines.append(
+            f"compiled for   {t['arch']} (parameters sha256 {t['arch_sha256'][:12]}), "
+            f"{t['mode']} mode, pipeline {t['pipeline']}, {t['compiler']} {t['compiler_version']}"
+        )
+    else:
+        lines.append("compiled for   unknown (no target.json): simulate/validate need --arch")
+        if s["meta"]:
+            lines.append("config meta    " + ", ".join(f"{k}={v}" for k, v in s["meta"].items()))
+    if fit:
+        peak = fit["local_memory_peak_bytes"]
+        lines.append(
+            f"fits           {fit['arch']}: {fit['cores']} of {fit['chip_cores']} cores "
+            f"({fit['cores_with_instructions']} with instructions), at most "
+            f"{fit['crossbars_per_core_max']} of {fit['chip_crossbars_per_core']} crossbars "
+            "per core, local memory peak "
+            + ("unknown" if peak is None else f"{peak}")
+            + f" of {fit['chip_local_memory_bytes']} bytes"
+        )
     lines.append("by opcode:")
     width = max((len(k) for k in s["by_opcode"]), default=4)
     for k, v in s["by_opcode"].items():

@@ -13,7 +13,9 @@ group per core) plus a `raptor` section that only our tools read:
 * `inputs` / `outputs`: host buffers of the network's inputs and outputs (byte address, shape,
   layout), and `mode` / `pipeline` the program was compiled for.
 
-Nothing else in the directory may start with `core_` (pimsim-nn rejects such names).
+`target.json` (`raptor.isa.target`) records what the program was compiled for (architecture name,
+parameters and their hash, mode, pipeline, compiler and options); a directory another tool wrote
+may lack it. Nothing else in the directory may start with `core_` (pimsim-nn rejects such names).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import numpy as np
 from raptor.errors import PimFormatError
 from raptor.isa import pim_binary, pim_json
 from raptor.isa.opcodes import Opcode
+from raptor.isa.target import TARGET_FILE, TargetRecord, parse_record
 
 CORE_FILE = re.compile(r"^core_([0-9]+)\.(json|pim)$")
 
@@ -46,6 +49,7 @@ class PimProgram:
     array_group_weights: list[list[int]] = field(default_factory=list)
     memory: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
     meta: dict[str, Any] = field(default_factory=dict)
+    target: TargetRecord | None = None  # target.json: what the program was compiled for
 
     @property
     def core_cnt(self) -> int:
@@ -127,6 +131,8 @@ def write_pimdir(prog: PimProgram, out: str | Path, emit_json: bool = False) -> 
             for m in prog.weight_matrices:
                 f.write(np.ascontiguousarray(m, dtype="<f4").tobytes())
         (tmp / "config.json").write_text(json.dumps(config_dict(prog), indent=1) + "\n")
+        if prog.target is not None:
+            (tmp / TARGET_FILE).write_text(json.dumps(prog.target.to_dict(), indent=1) + "\n")
         if out.exists():
             trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
             os.replace(out, trash / "old")
@@ -190,7 +196,9 @@ def read_pimdir(pimdir: str | Path, load_data: bool = True) -> PimProgram:
     n = cfg["core_cnt"]
     agm = [cfg["array_group_map"].get(f"core{i}", []) for i in range(n)]
     meta = dict(cfg.get("raptor", {}))
-    prog = PimProgram(cores=read_streams(pimdir, n), array_group_map=agm, meta=meta)
+    prog = PimProgram(
+        cores=read_streams(pimdir, n), array_group_map=agm, meta=meta, target=read_target(pimdir)
+    )
     if load_data and "weights" in meta:
         w = meta["weights"]
         raw = _load_f32(pimdir / w.get("file", "weights.bin"))
@@ -208,6 +216,18 @@ def read_pimdir(pimdir: str | Path, load_data: bool = True) -> PimProgram:
         prog.memory = mem
     prog.verify()
     return prog
+
+
+def read_target(pimdir: str | Path) -> TargetRecord | None:
+    """The directory's target record, None when it has none (written by another tool)."""
+    path = Path(pimdir) / TARGET_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise PimFormatError(f"{path}: malformed JSON ({e.msg} at line {e.lineno})") from None
+    return parse_record(data, str(path))
 
 
 def _load_f32(path: Path) -> np.ndarray:

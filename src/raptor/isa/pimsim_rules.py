@@ -52,6 +52,8 @@ def _first(mask: np.ndarray) -> int:
 def _resolve_arch(prog: PimProgram, arch: Arch | None) -> Arch | None:
     if arch is not None:
         return arch
+    if prog.target is not None:  # pim/target.json: the chip it was compiled for, custom or not
+        return prog.target.load_arch()
     name = prog.meta.get("arch")
     if isinstance(name, str):
         from raptor.arch.loader import BUILTIN, load_arch
@@ -66,8 +68,8 @@ def check_pimsim_compatible(
 ) -> list[str]:
     """Violations of pimsim-nn's input contract and defects, one line each ([] = compatible).
 
-    arch (or the program's `raptor.arch` when it names a built-in) enables the checks that need
-    the chip: core count and crossbars per core."""
+    arch (or the program's target record, or its `raptor.arch` when it names a built-in) enables
+    the checks that need the chip: core count and crossbars per core."""
     if mode not in ("latency", "throughput"):
         raise ValueError(f"unknown mode {mode!r}")
     problems: list[str] = []

@@ -42,20 +42,40 @@ TORCH_PARAMS = {
     "googlenet": 6_624_904,
     "yolo11n": 2_624_080,
 }
+# input sizes each builder accepts: (smallest, multiple of). vgg8 and yolo11n need whole
+# feature maps after their 8x / 32x downsampling; googlenet below 15 leaves an empty map for the
+# weight calibration (its ceil-mode pools), resnets build at any size.
+INPUT_SIZE_RULE = {
+    "vgg8": (8, 8),
+    "resnet18": (1, 1),
+    "resnet34": (1, 1),
+    "googlenet": (15, 1),
+    "yolo11n": (32, 32),
+}
 # smallest convenient size for building when only the structure matters
 _SMALL = {"vgg8": 32, "resnet18": 32, "resnet34": 32, "googlenet": 32, "yolo11n": 64}
 
 
-def _build(name: str, input_size: int | None, seed: int, activations: str = "probe"):
+def check_input_size(name: str, input_size: int | None) -> int:
+    """The input size `name` is built at (its default for None); RaptorError if it cannot be."""
     if name not in MODEL_NAMES:
         raise RaptorError(f"unknown model {name!r}; choose one of {', '.join(MODEL_NAMES)}")
+    size = DEFAULT_INPUT_SIZE[name] if input_size is None else int(input_size)
+    least, step = INPUT_SIZE_RULE[name]
+    if size < least or size % step:
+        need = f"a positive multiple of {step}" if step > 1 else f"at least {least}"
+        raise RaptorError(f"{name} needs an input size that is {need}, got {size}")
+    return size
+
+
+def _build(name: str, input_size: int | None, seed: int, activations: str = "probe"):
+    size = check_input_size(name, input_size)
     if activations not in ACTIVATIONS:
         raise RaptorError(
             f"unknown activations {activations!r}; choose one of {', '.join(ACTIVATIONS)}"
         )
     if activations != "probe" and name != "yolo11n":
         raise RaptorError(f"--activations {activations} is only available for yolo11n, not {name}")
-    size = DEFAULT_INPUT_SIZE[name] if input_size is None else int(input_size)
     if name == "vgg8":
         from raptor.models.vgg import build_vgg8
 
@@ -143,11 +163,12 @@ def input_sensitivity(
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
-    inp = sess.get_inputs()[0]
-    outs = []
-    for i in range(n_inputs):
-        x = np.random.default_rng(seed + i).standard_normal(inp.shape).astype(np.float32)
-        outs.append(np.concatenate([o.ravel() for o in sess.run(None, {inp.name: x})]))
+    from raptor.validation.reference import make_inputs
+
+    outs = [
+        np.concatenate([o.ravel() for o in sess.run(None, feed)])
+        for feed in make_inputs(sess, n_inputs, seed)
+    ]
     y = np.stack(outs).astype(np.float64)
     spread = np.sqrt(np.mean(y.std(axis=0) ** 2))
     scale = np.sqrt(np.mean(y**2)) + 1e-30
@@ -159,6 +180,7 @@ __all__ = [
     "DEFAULT_INPUT_SIZE",
     "build_model",
     "save_model",
+    "check_input_size",
     "model_info",
     "input_sensitivity",
 ]

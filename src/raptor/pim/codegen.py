@@ -18,7 +18,7 @@ from raptor.errors import PassFailedError
 from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram
 from raptor.isa.table import concat, make
-from raptor.pim.lowering import LowerCtx, lower_node_bands
+from raptor.pim.lowering import LowerCtx, lower_node_bands, noc_prologue
 from raptor.spatial.ir import BufferRole, NodeKind, SpatialGraph, SyncToken
 from raptor.spatial.tiling import row_tiles
 
@@ -81,6 +81,7 @@ def generate(
             make(Opcode.SLDI, rd=0, r2_or_imm=0),
         ]
         blocks += token_records(sg.tokens_start.get(core, []))
+        blocks += noc_prologue(ctx, core)
         for n in nodes:
             ag_base = len(ags)
             if n.kind == NodeKind.MVM:
@@ -102,7 +103,8 @@ def generate(
             before[0] = token_records(sg.tokens_before.get(n.id, [])) + before[0]
             after[-1] = after[-1] + token_records(sg.tokens_after.get(n.id, []))
             code, peak = lower_node_bands(ctx, n, ag_base, bands, before, after)
-            local_peak[core] = max(local_peak[core], peak)
+            persist = sg.noc.persist.get(core, 0) if sg.noc is not None else 0
+            local_peak[core] = max(local_peak[core], peak + persist)
             blocks.append(code)
             lname = sg.layers[n.layer].name
             host_ld[lname] = host_ld.get(lname, 0) + int(

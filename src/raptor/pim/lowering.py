@@ -37,7 +37,7 @@ from raptor.spatial.geometry import (
     window_classes,
 )
 from raptor.spatial.ir import ComputeNode, Layer, LayerKind, NodeKind, SpatialGraph
-from raptor.spatial.noc import mvm_lines_ok, pool_lines_ok, row_segments, row_steps
+from raptor.spatial.noc import mvm_lines_ok, node_steps, pool_lines_ok, row_segments, row_steps
 from raptor.spatial.tiling import row_tiles
 
 R_ZERO, R_IN0, R_IN1, R_OUT, R_CONST = 0, 1, 2, 3, 4
@@ -105,6 +105,12 @@ class LowerCtx:
     @property
     def eb(self) -> int:
         return self.arch.element_bytes
+
+    def capacity(self, core: int) -> int:
+        """Local memory a node's scratch may use: below the core's persistent NoC buffers."""
+        noc = self.sg.noc
+        persist = noc.persist.get(core, 0) if noc is not None else 0
+        return self.arch.core.local_memory.memory_size - persist
 
 
 def _sldi(r: int, v: int) -> np.ndarray:
@@ -476,9 +482,7 @@ def lower_elementwise(ctx: LowerCtx, node: ComputeNode, alloc: LocalAllocator) -
 def lower_node(ctx: LowerCtx, node: ComputeNode, ag_base: int) -> tuple[np.ndarray, int]:
     """Instructions of one node and its local-memory peak (bytes)."""
     layer = ctx.sg.layers[node.layer]
-    alloc = LocalAllocator(
-        ctx.arch.core.local_memory.memory_size, node.core, f"node {node.id} ({layer.name})"
-    )
+    alloc = LocalAllocator(ctx.capacity(node.core), node.core, f"node {node.id} ({layer.name})")
     if node.kind == NodeKind.MVM:
         code = lower_mvm(ctx, node, ag_base, alloc)
     elif layer.kind in (LayerKind.MAXPOOL, LayerKind.AVGPOOL):
@@ -570,8 +574,9 @@ def lower_mvm_lines(
     row_bytes = wp * c * eb
     noc = ctx.sg.noc
     fed = noc is not None and noc.is_fed(node)
-    slots = noc.ring_rows.get(node.id, kh) if fed else kh
-    ring = alloc.alloc(slots * row_bytes, "ring")
+    slots = noc.ring_rows[node.id] if fed else kh
+    # a fed node's rows sit in its persistent NoC buffer, padding zeroed at program start
+    ring = noc.ring_base[node.id] if fed else alloc.alloc(slots * row_bytes, "ring")
     zero_row = alloc.alloc(row_bytes, "zero row")
     cross = [(a, b) for a, b in tiles if a // krow != (b - 1) // krow]
     win = alloc.alloc(max((b - a for a, b in cross), default=1) * eb, "window")
@@ -587,9 +592,7 @@ def lower_mvm_lines(
     regs.loc(win)
     # zero the ring's padding columns and the zero row once (the node reads only columns
     # [x0, x1) of a row, which every load writes, and the padding)
-    pad_r = (wp - v.width - pl) * c * eb
-    spans = [(ring + s * row_bytes, pl * c * eb) for s in range(slots)]
-    spans += [(ring + s * row_bytes + (v.width + pl) * c * eb, pad_r) for s in range(slots)]
+    spans = [] if fed else ring_padding(ring, slots, row_bytes, pl, v.width, wp, c * eb)
     spans += _chunks(zero_row, row_bytes)
     zero_all = [
         make(Opcode.LLDI, rd=R_ZERO, r2_or_imm=0, generic1=OFFSET_RD, generic2=a, generic3=n)
@@ -605,8 +608,8 @@ def lower_mvm_lines(
         return ring + (iy % slots) * row_bytes
 
     sender = last and noc is not None and bool(noc.targets.get(node.id))
-    out_at = _out_rows(ctx, node, alloc) if sender else None
-    comm = _messages(ctx, node, lambda iy, x: slot(iy) + (x + pl) * c * eb, c * eb, out_at, t_addr)
+    out_at = _out_rows(ctx, node) if sender else None
+    comm = _messages(ctx, node, t_addr)
 
     def load_row(iy: int) -> list[np.ndarray]:
         loaded.add(iy)
@@ -634,7 +637,7 @@ def lower_mvm_lines(
         return [b.build()]
 
     steps = line_steps(ctx, node, bands, before, after)
-    for k, (oy, pa, pb, pre, post) in enumerate(steps):
+    for oy, pa, pb, pre, post, k in steps:
         blocks += comm(k) + pre
         rows_addr = []
         for i in range(kh):
@@ -700,7 +703,7 @@ def lower_mvm_lines(
         if sender:
             blocks += store_row(ctx, node, oy, pa - oy * ow, pb - oy * ow, out_at(oy), t_addr)
         blocks += post
-    blocks += comm(len(steps))
+    blocks += comm(_slots(ctx, node, bands))
     return concat(blocks)
 
 
@@ -771,57 +774,103 @@ def line_steps(
     bands: list[tuple[int, int]],
     before: list[list],
     after: list[list],
-) -> list[tuple[int, int, int, list, list]]:
-    """(output row, pixel range, records before it, records after it) of a line-buffer node, in
-    the step order of spatial/noc.py (row segments for a NoC node, whole rows otherwise): a
-    band's waits before its first step, its syncs after its last."""
+) -> list[tuple[int, int, int, list, list, int | None]]:
+    """(output row, pixel range, records before it, records after it, message slot before it or
+    None) of a line-buffer node, in the step order of spatial/noc.py: row segments with a slot
+    each for a NoC node, whole rows with a slot per band otherwise; a band's waits before its
+    first step, its syncs after its last."""
     ow = ctx.sg.layers[node.layer].output.width
     noc = ctx.sg.noc
-    cuts = row_segments(ow) if noc is not None and noc.uses_lines(node) else [0, ow]
+    per_step = noc is not None and noc.uses_lines(node)
+    cuts = row_segments(ow) if per_step else [0, ow]
     out = []
     for bi, (a, b) in enumerate(bands):
         steps = row_steps(a, b, ow, cuts)
         for i, (oy, pa, pb) in enumerate(steps):
             pre = before[bi] if i == 0 else []
             post = after[bi] if i == len(steps) - 1 else []
-            out.append((oy, pa, pb, pre, post))
+            slot = len(out) if per_step else (bi if i == 0 else None)
+            out.append((oy, pa, pb, pre, post, slot))
     return out
 
 
-def _out_rows(ctx: LowerCtx, node: ComputeNode, alloc: LocalAllocator):
-    """Local output rows of a NoC producer (spatial/noc.py out_rows slots); returns the address
-    of output row oy's slot."""
-    layer = ctx.sg.layers[node.layer]
-    ow = layer.output.width
-    row_bytes = ow * layer.cols * ctx.eb
-    n = ctx.sg.noc.out_rows[node.id]
-    base = alloc.alloc(n * row_bytes, "output rows")
+def _slots(ctx: LowerCtx, node: ComputeNode, bands: list[tuple[int, int]]) -> int:
+    """Index of a node's last message slot (after its last step): its number of steps."""
+    return len(node_steps(ctx.sg, node)) if ctx.sg.noc is not None else len(bands)
+
+
+def ring_padding(ring: int, slots: int, row_bytes: int, pl: int, width: int, wp: int, px: int):
+    """(address, bytes) of the padding columns of every row slot of a line buffer whose rows are
+    `wp` pixels wide with `pl` padding columns before the `width` image columns."""
+    spans = [(ring + k * row_bytes, pl * px) for k in range(slots)]
+    spans += [
+        (ring + k * row_bytes + (width + pl) * px, (wp - width - pl) * px) for k in range(slots)
+    ]
+    return [(a, n) for a, n in spans if n > 0]
+
+
+def noc_prologue(ctx: LowerCtx, core: int) -> list[np.ndarray]:
+    """Zero the padding columns of the persistent input rows of a core's fed MVM nodes once per
+    round, before any row can arrive (spatial/noc.py)."""
+    noc = ctx.sg.noc
+    if noc is None:
+        return []
+    out = []
+    for n in ctx.sg.nodes:
+        if n.core != core or n.id not in noc.ring_base or n.kind != NodeKind.MVM:
+            continue
+        ly = ctx.sg.layers[n.layer]
+        wp = lines_geometry(ly, n)[4]
+        px = ly.inputs[0].channels * ctx.eb
+        for a, size in ring_padding(
+            noc.ring_base[n.id],
+            noc.ring_rows[n.id],
+            wp * px,
+            ly.pads[1],
+            ly.inputs[0].width,
+            wp,
+            px,
+        ):
+            for a2, n2 in _chunks(a, size):
+                out.append(
+                    make(
+                        Opcode.LLDI,
+                        rd=R_ZERO,
+                        r2_or_imm=0,
+                        generic1=OFFSET_RD,
+                        generic2=a2,
+                        generic3=n2,
+                    )
+                )
+    return out
+
+
+def _out_rows(ctx: LowerCtx, node: ComputeNode):
+    """Address of output row oy in a NoC producer's persistent output rows (spatial/noc.py)."""
+    noc = ctx.sg.noc
+    ow = ctx.sg.layers[node.layer].output.width
+    base, n, row_bytes = noc.out_base[node.id], noc.out_rows[node.id], noc.out_row_bytes[node.id]
     oy0 = node.p0 // ow
     return lambda oy: base + ((oy - oy0) % n) * row_bytes
 
 
-def _messages(ctx: LowerCtx, node: ComputeNode, ring_at, in_px: int, out_at, reg: int):
-    """The records of a node's NoC message slot k (spatial/noc.py order_messages): a send of
-    output row columns [x0, x1) from its local output row (`out_at(row)`), a recv of input row
-    columns into the ring (`ring_at(row, x)` is the local address of input column x of a row)."""
+def _messages(ctx: LowerCtx, node: ComputeNode, reg: int):
+    """The records of a node's NoC message slot k (spatial/noc.py order_messages): sends and recvs
+    at the local addresses the message order chose, in order."""
     noc = ctx.sg.noc
     slots = noc.comm if noc is not None else {}
-    out_px = ctx.sg.layers[node.layer].cols * ctx.eb  # producers compute every channel
 
-    def records(k: int) -> list[np.ndarray]:
-        out = []
-        for m in slots.get((node.id, k), ()):
-            if m.send:
-                out.append(_sldi(reg, out_at(m.row) + m.x0 * out_px))
-                out.append(
-                    make(Opcode.SEND, rd=reg, r2_or_imm=m.peer, generic3=(m.x1 - m.x0) * out_px)
-                )
-            else:
-                out.append(_sldi(reg, ring_at(m.row, m.x0)))
-                out.append(
-                    make(Opcode.RECV, rd=reg, r2_or_imm=m.peer, generic3=(m.x1 - m.x0) * in_px)
-                )
-        return out
+    def records(k: int | None) -> list[np.ndarray]:
+        ms = slots.get((node.id, k), ()) if k is not None else ()
+        if not ms:
+            return []
+        n = len(ms)
+        addr = np.fromiter((m.addr for m in ms), np.int64, n)
+        peer = np.fromiter((m.peer for m in ms), np.int64, n)
+        size = np.fromiter((m.size for m in ms), np.int64, n)
+        op = np.where(np.fromiter((m.send for m in ms), bool, n), Opcode.SEND, Opcode.RECV)
+        sldi = make(Opcode.SLDI, n, rd=reg, r2_or_imm=addr)
+        return [interleave([sldi, make(op, n, rd=reg, r2_or_imm=peer, generic3=size)])]
 
     return records
 
@@ -870,25 +919,22 @@ def lower_node_bands(
     """Instructions of a node lowered band by band with the band tokens in between, and its
     local-memory peak: MVM nodes over a line buffer when it loads fewer host bytes, other nodes
     as one sub-node per band."""
+    layer = ctx.sg.layers[node.layer]
     if use_line_buffer(ctx, node):
-        layer = ctx.sg.layers[node.layer]
-        alloc = LocalAllocator(
-            ctx.arch.core.local_memory.memory_size, node.core, f"node {node.id} ({layer.name})"
-        )
+        alloc = LocalAllocator(ctx.capacity(node.core), node.core, f"node {node.id} ({layer.name})")
         return lower_mvm_lines(ctx, node, ag_base, alloc, bands, before, after), alloc.top
     if use_pool_line_buffer(ctx, node):
-        layer = ctx.sg.layers[node.layer]
-        alloc = LocalAllocator(
-            ctx.arch.core.local_memory.memory_size, node.core, f"node {node.id} ({layer.name})"
-        )
+        alloc = LocalAllocator(ctx.capacity(node.core), node.core, f"node {node.id} ({layer.name})")
         return lower_pool_lines(ctx, node, alloc, bands, before, after), alloc.top
+    comm = _messages(ctx, node, TEMPS[3])  # messages of other nodes between the bands
     parts: list[np.ndarray] = []
     peak = 0
     for i, (a, b) in enumerate(bands):
         sub = node if (a, b) == (node.p0, node.p1) else replace(node, p0=a, p1=b)
         code, pk = lower_node(ctx, sub, ag_base)
         peak = max(peak, pk)
-        parts += before[i] + [code] + after[i]
+        parts += comm(i) + before[i] + [code] + after[i]
+    parts += comm(len(bands))
     return concat(parts), peak
 
 
@@ -930,8 +976,8 @@ def lower_pool_lines(
     pro, regs, counts, recip = _pool_prologue(ctx, layer, is_max, alloc, c, eb)
     noc = ctx.sg.noc
     fed = noc is not None and noc.is_fed(node)
-    slots = noc.ring_rows.get(node.id, kh) if fed else kh
-    ring = alloc.alloc(slots * row_bytes, "ring")
+    slots = noc.ring_rows[node.id] if fed else kh
+    ring = noc.ring_base[node.id] if fed else alloc.alloc(slots * row_bytes, "ring")
     red = alloc.alloc(row_bytes, "row")
     acc = alloc.alloc(c * eb, "acc")
     tmp = alloc.alloc(c * eb, "tmp")
@@ -939,7 +985,7 @@ def lower_pool_lines(
     regs.loc(red)
     t_addr, t_src = TEMPS[3], TEMPS[2]
     sender = noc is not None and bool(noc.targets.get(node.id))
-    out_at = _out_rows(ctx, node, alloc) if sender else None
+    out_at = _out_rows(ctx, node) if sender else None
     blocks: list[np.ndarray] = regs.flush()
     loaded: set[int] = set()
     seg = (x1 - x0) * c
@@ -947,9 +993,9 @@ def lower_pool_lines(
     def slot(iy: int) -> int:
         return ring + (iy % slots) * row_bytes
 
-    comm = _messages(ctx, node, lambda iy, x: slot(iy) + x * c * eb, c * eb, out_at, t_addr)
+    comm = _messages(ctx, node, t_addr)
     steps = line_steps(ctx, node, bands, before, after)
-    for k, (oy, pa, pb, pre, post) in enumerate(steps):
+    for oy, pa, pb, pre, post, k in steps:
         blocks += comm(k) + pre
         rows = [oy * sh - pt + i for i in range(kh) if 0 <= oy * sh - pt + i < v.height]
         for iy in rows:
@@ -1037,7 +1083,7 @@ def lower_pool_lines(
         if sender:
             blocks += store_row(ctx, node, oy, pa - oy * ow, pb - oy * ow, out_at(oy), t_addr)
         blocks += post
-    blocks += comm(len(steps))
+    blocks += comm(_slots(ctx, node, bands))
     return concat(blocks)
 
 

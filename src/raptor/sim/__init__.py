@@ -4,6 +4,7 @@ energy and power. `simulate` runs a PimProgram; `simulate_dir` a pim/ directory.
 from __future__ import annotations
 
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -88,19 +89,26 @@ def read_tensors(
 
 def simulate(
     prog: PimProgram,
-    arch: Arch,
-    mode: str = "latency",
-    pipeline: int = 1,
+    arch: Arch | None = None,
+    mode: str | None = None,
+    pipeline: int | None = None,
     inputs: list[dict[str, np.ndarray]] | None = None,
+    force_target: bool = False,
     tensors: bool = False,
 ) -> SimReport:
     """Run prog on arch. Latency mode runs every core once; throughput mode runs every non-empty
     core's program `pipeline` times, streaming input r to round r (docs/pim-format.md).
+
+    arch, mode and pipeline default to the program's target record; one that contradicts it is
+    refused unless force_target (then the report carries the override), and a program that does
+    not fit the chip is never run (raptor.isa.target.resolve_target).
     tensors: also read every intermediate the program records back from host memory (the values
     of the last round) into `report.tensors`."""
-    if mode not in ("latency", "throughput"):
-        raise SimulationError(f"unknown simulation mode {mode!r}")
-    rounds = 1 if mode == "latency" else max(1, int(pipeline or 1))
+    from raptor.isa.target import resolve_target
+
+    target = resolve_target(prog, arch, mode, pipeline, force=force_target)
+    arch, mode = target.arch, target.mode
+    rounds = target.pipeline if mode == "throughput" else 1
     meta = prog.meta
     eb = prog.element_bytes
     if inputs is None:
@@ -167,6 +175,8 @@ def simulate(
         inter_chip_energy_pj=float(eng.noc.inter_chip_energy_pj),
         host_bytes_per_inference=eng.gmem.bytes / rounds,
         noc_bytes_per_inference=eng.noc_bytes / rounds,
+        target=target.to_dict(),
+        target_override=target.override_lines(),
     )
     if tensors:
         report.tensors = read_tensors(host.data, host.written, meta.get("tensors", []), eb)
@@ -185,11 +195,18 @@ def find_pimdir(path: str | Path) -> Path:
 
 def load_inputs(path: str | Path) -> list[dict[str, np.ndarray]]:
     """Inputs from an .npz: keys `<name>` (one input) or `<i>/<name>` / `<name>_<i>` per round."""
-    data = np.load(path)
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (ValueError, EOFError, zipfile.BadZipFile):
+        raise SimulationError(f"{path}: not an .npz file of input arrays") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise SimulationError(f"{path}: a single .npy array, not an .npz file of named inputs")
     per: dict[int, dict[str, np.ndarray]] = {}
     for key in data.files:
         if "/" in key:
             i, name = key.split("/", 1)
+            if not i.isdigit():
+                raise SimulationError(f"{path}: key {key!r} is not <round>/<input name>")
             per.setdefault(int(i), {})[name] = data[key]
         else:
             per.setdefault(0, {})[key] = data[key]
@@ -198,16 +215,18 @@ def load_inputs(path: str | Path) -> list[dict[str, np.ndarray]]:
 
 def simulate_dir(
     path: str | Path,
-    arch: Arch,
-    mode: str = "latency",
+    arch: Arch | None = None,
+    mode: str | None = None,
     pipeline: int | None = None,
     inputs: list[dict[str, np.ndarray]] | str | Path | None = None,
+    force_target: bool = False,
 ) -> SimReport:
-    """Simulate a pim/ directory (or its parent). pipeline None: the program's own (config.json
-    `raptor.pipeline`, else 4) in throughput mode; inputs None: seeded random inputs; a path: .npz."""
+    """Simulate a pim/ directory (or its parent). arch, mode and pipeline None: the program's own
+    (pim/target.json; without one, arch is required, mode is latency and a throughput pipeline is
+    config.json's `raptor.pipeline`, else 4); inputs None: seeded random inputs; a path: .npz."""
     prog = read_pimdir(find_pimdir(path))
-    if pipeline is None:
-        pipeline = int(prog.meta.get("pipeline", 4)) if mode == "throughput" else 1
     if isinstance(inputs, (str, Path)):
         inputs = load_inputs(inputs)
-    return simulate(prog, arch, mode=mode, pipeline=pipeline, inputs=inputs)
+    return simulate(
+        prog, arch, mode=mode, pipeline=pipeline, inputs=inputs, force_target=force_target
+    )

@@ -145,6 +145,7 @@ class Engine:
             c.te = 0.0
             c.regs = [0] * 32
             c.ev = [0] * 32
+            self._check_fields(c)
             c.local = np.zeros(self.local_elems if c.n else 0, dtype=np.float32)
             c.ibiw = 0
             c.obiw = 0
@@ -173,6 +174,27 @@ class Engine:
     def _err(self, c: _Core, msg: str) -> SimulationError:
         pc = min(c.pc, c.n - 1)
         return SimulationError(f"core {c.id} pc {pc} ({describe(c.stream, pc)}): {msg}")
+
+    def _check_fields(self, c: _Core) -> None:
+        """Register and event-register numbers of the whole stream, checked before it runs, so
+        that an exception while running is a simulator bug, never a bad program."""
+        s = c.stream
+        op = s["opcode"].astype(np.int64)
+        vector = (op >= _VEC_LO) & (op <= _VEC_HI)
+        uses_rd = np.isin(op, (1, 3, 4, 5, 6, 7, _MVMUL, _LD, _ST, _LLDI, _LMV, _SEND, _RECV))
+        uses_r1 = np.isin(op, (3, 4, 5, 6, 7, _MVMUL, _LD, _ST, _LMV))
+        imm = s["r2_or_imm"].astype(np.int64)
+        bad = (
+            ((uses_rd | vector) & (s["rd"] >= len(c.regs)))
+            | ((uses_r1 | vector) & (s["r1"] >= len(c.regs)))
+            | (vector & ((imm < 0) | (imm >= len(c.regs))))
+            | ((op == _WAIT) & ((s["generic1"] < 0) | (s["generic1"] >= len(c.ev))))
+        )
+        if bad.any():
+            c.pc = int(np.argmax(bad))
+            raise self._err(
+                c, f"register number out of range ({len(c.regs)} registers, {len(c.ev)} events)"
+            )
 
     def _check(self, c: _Core, start: int, n: int, size: int, what: str) -> None:
         if start < 0 or start + n > size:
@@ -374,12 +396,9 @@ class Engine:
 
     # ---------------------------------------------------------------- the core loop
     def _run(self, c: _Core) -> None:
-        try:
-            self._run_inner(c)
-        except SimulationError:
-            raise
-        except (IndexError, ValueError, TypeError, KeyError) as e:
-            raise self._err(c, f"invalid instruction ({type(e).__name__}: {e})") from None
+        # fields were checked by _check_fields and addresses are checked per instruction: any
+        # other exception is a simulator bug and reaches the caller as it is
+        self._run_inner(c)
 
     def _run_inner(self, c: _Core) -> None:  # noqa: C901 - one flat dispatch loop, kept for speed
         ops, rds, r1s, imms, g1s, g2s, g3s = c.cols

@@ -83,6 +83,7 @@ class PimsimReport(SimReport):
             head += f", sim_time {p.get('sim_time_ms')} ms, {p.get('rounds')} rounds"
         head += f", {p.get('wall_s', 0.0):.2f} s wall)"
         lines = [
+            *self.target_override,
             head,
             f"  latency              {self.latency_ns / 1e3:14.3f} us"
             + ("  (sim_time / rounds)" if self.mode == "throughput" else ""),
@@ -223,22 +224,38 @@ def _instantiated_cores(pim_dir: Path) -> int:
 
 def run_pimsim(
     pim_dir: str | Path,
-    arch: Arch,
-    mode: str = "latency",
-    pipeline: int | None = 1,
+    arch: Arch | None = None,
+    mode: str | None = None,
+    pipeline: int | None = None,
     binary: str | Path | None = None,
     wall_limit_s: float = DEFAULT_WALL_LIMIT_S,
     latency_timeout_ms: float = DEFAULT_LATENCY_TIMEOUT_MS,
     sim_time_ms: float | None = None,
     min_rounds: int = DEFAULT_MIN_ROUNDS,
     keep_dir: str | Path | None = None,
+    force_target: bool = False,
 ) -> PimsimReport:
     """Simulate pim_dir with pimsim-nn and return a SimReport-shaped result (see module doc).
 
+    arch, mode and pipeline default to the directory's target record and must not contradict it
+    (raptor.isa.target.resolve_target; force_target overrides, and the report says so).
     Throughput mode: `sim_time_ms` fixes pimsim's simulated time; None chooses it so that at
     least max(pipeline, min_rounds) rounds complete. keep_dir keeps the staged files there."""
-    if mode not in ("latency", "throughput"):
+    if mode not in (None, "latency", "throughput"):
         raise SimulationError(f"unknown simulation mode {mode!r}")
+    from raptor.isa.pimdir import read_pimdir
+    from raptor.isa.target import resolve_target
+    from raptor.sim import find_pimdir
+
+    rt = resolve_target(
+        read_pimdir(find_pimdir(pim_dir), load_data=False),
+        arch,
+        mode,
+        pipeline,
+        force=force_target,
+    )
+    arch, mode, pipeline = rt.arch, rt.mode, rt.pipeline
+    checked = {"target": rt.to_dict(), "target_override": rt.override_lines()}
     exe = find_binary(binary)
     deadline = time.monotonic() + wall_limit_s
     work = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="raptor-pimsim-"))
@@ -298,6 +315,7 @@ def run_pimsim(
                 wall_time_s=wall,
                 cores_used=len(per_core),
                 pimsim=f,
+                **checked,
             )
 
         target = max(int(pipeline or 1), int(min_rounds), 1)
@@ -357,6 +375,7 @@ def run_pimsim(
             wall_time_s=walls,
             cores_used=len(per_core),
             pimsim=f,
+            **checked,
         )
     finally:
         if not keep_dir:

@@ -63,6 +63,8 @@ class SimReport:
     inter_chip_energy_pj: float = 0.0  # the inter-chip link share of the NoC energy
     host_bytes_per_inference: float = 0.0  # global memory ld + st bytes / inputs
     noc_bytes_per_inference: float = 0.0  # core-to-core send/recv bytes / inputs
+    target: dict[str, Any] = field(default_factory=dict)  # raptor.isa.target.RunTarget.to_dict
+    target_override: list[str] = field(default_factory=list)  # a forced run's loud warning
     # intermediates read back from host memory after the run (simulate(tensors=True)), last round
     tensors: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -91,11 +93,15 @@ class SimReport:
             "instructions_per_s": self.instructions_per_s,
             "outputs": [{k: list(v.shape) for k, v in o.items()} for o in self.outputs],
             "per_core": [c.to_dict() for c in self.per_core if c.instructions],
+            "target": dict(self.target),
+            "target_override": list(self.target_override),
         }
 
     def format(self) -> str:
         lines = [
-            f"simulation ({self.mode}, pipeline {self.pipeline}, {self.cores_used} cores used)",
+            *self.target_override,
+            f"simulation ({self.mode}, pipeline {self.pipeline}, {self.cores_used} cores used"
+            + (f", on {self.target['arch']})" if self.target else ")"),
             f"  latency              {self.latency_ns / 1e3:14.3f} us",
             f"  throughput           {self.throughput_per_s:14.2f} inferences/s",
             f"  energy               {self.energy_pj / 1e6:14.3f} uJ total, {self.energy_per_inference_uj:.3f} uJ/inference",

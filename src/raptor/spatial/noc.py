@@ -92,16 +92,27 @@ class NocPlan:
     """Fed consumer units and the message geometry that both sides of an edge lower."""
 
     fed: set[Unit] = field(default_factory=set)
-    producer_layer: dict[int, int] = field(default_factory=dict)  # consumer layer -> producer
+    sources: dict[int, list[Source]] = field(default_factory=dict)  # consumer layer -> sources
     width: dict[int, int] = field(default_factory=dict)  # producer layer -> output row width
     producers: dict[int, list[ComputeNode]] = field(default_factory=dict)  # root nodes by p0
     rows: dict[int, tuple[list[int], frozenset[int], int, int]] = field(default_factory=dict)
-    targets: dict[int, list[ComputeNode]] = field(default_factory=dict)  # producer id -> fed
+    # producer node id -> (fed consumer node, index of the source in its layer's sources)
+    targets: dict[int, list[tuple[ComputeNode, int]]] = field(default_factory=dict)
     senders: set[Unit] = field(default_factory=set)  # units of producers with targets
     host_buffers: set[str] = field(default_factory=set)  # activation buffers with a host reader
     ring_rows: dict[int, int] = field(default_factory=dict)  # fed node -> input row slots
     out_rows: dict[int, int] = field(default_factory=dict)  # producer node -> output row slots
     element_bytes: int = 2
+    local_bytes: int = 1 << 20  # a core's local memory
+    # persistent per-core NoC buffers at the top of local memory (`_layout`): a fed node's input
+    # rows and a producer's output rows outlive the node, so a core can receive rows for a later
+    # node and send rows of an earlier one; node scratch gets the memory below `persist`
+    ring_base: dict[int, int] = field(default_factory=dict)
+    ring_row_bytes: dict[int, int] = field(default_factory=dict)
+    ring_pad: dict[int, int] = field(default_factory=dict)  # left padding columns of the row
+    out_base: dict[int, int] = field(default_factory=dict)
+    out_row_bytes: dict[int, int] = field(default_factory=dict)
+    persist: dict[int, int] = field(default_factory=dict)  # core -> bytes reserved
     comm: dict[tuple[int, int], list] = field(default_factory=dict)  # order_messages
     estimated_ns: float = 0.0  # end of the estimated execution order_messages followed
     timeline: dict[int, list[float]] = field(default_factory=dict)  # layer -> [start, end] ns
@@ -115,81 +126,103 @@ class NocPlan:
         u = unit_of(n)
         return u in self.fed or u in self.senders
 
-    def pieces(self, m: ComputeNode, iy: int) -> list[tuple[int, int, int]]:
-        """(producer core, x0, x1) segments of input row iy that fed consumer m receives, by
-        producer pixel."""
+    def pieces(self, m: ComputeNode, iy: int) -> list[tuple[int, int, int, int]]:
+        """(producer core, x0, x1, source) segments of input row iy that fed node m receives."""
         _, _, x0, x1 = self.rows[m.id]
-        lp = self.producer_layer[m.layer]
-        w = self.width[lp]
-        lo, hi = iy * w + x0, iy * w + x1
         out = []
-        for n in self.producers[lp]:
-            a, b = max(lo, n.p0), min(hi, n.p1)
-            if a < b:
-                out.append((n.core, a - iy * w, b - iy * w))
-        return out
-
-    def sends(self, n: ComputeNode, oy: int, xa: int, xb: int) -> list[tuple[int, int, int]]:
-        """(consumer core, x0, x1) segments of output row oy (columns [xa, xb), computed by
-        producer n) that n sends, in canonical consumer order."""
-        out = []
-        for m in self.targets.get(n.id, ()):
-            _, rowset, x0, x1 = self.rows[m.id]
-            a, b = max(xa, x0), min(xb, x1)
-            if oy in rowset and a < b:
-                out.append((m.core, a, b))
+        for si, src in enumerate(self.sources[m.layer]):
+            w = self.width[src.layer]
+            lo, hi = iy * w + x0, iy * w + x1
+            for n in self.producers[src.layer]:
+                a, b = max(lo, n.p0), min(hi, n.p1)
+                if a < b:
+                    out.append((n.core, a - iy * w, b - iy * w, si))
         return out
 
     def fed_by(self, m: ComputeNode) -> set[int]:
         """Producer cores of a fed consumer node."""
-        return {c for iy in self.rows[m.id][0] for c, _, _ in self.pieces(m, iy)}
+        return {p[0] for iy in self.rows[m.id][0] for p in self.pieces(m, iy)}
 
 
-def noc_edges(sg: SpatialGraph) -> dict[int, int]:
-    """Consumer layer -> producer layer of every edge the NoC can carry (module docstring): the
-    consumer reads, over a line buffer, exactly the output view of one producer layer that
-    computes every output channel of its rows in order. Needs tiling (column slices)."""
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Channels [c0, c0 + channels) of producer `layer`'s output rows are channels
+    [dst, dst + channels) of a consumer's input pixel (the whole pixel on both sides for a plain
+    edge; a channel slice for a concat slot or a merged sibling's view)."""
+
+    layer: int
+    c0: int
+    dst: int
+    channels: int
+
+
+def noc_edges(sg: SpatialGraph) -> dict[int, list[Source]]:
+    """Consumer layer -> sources of every input the NoC can carry (module docstring): the consumer
+    reads its window input over a line buffer, and every channel of that view is written, with the
+    same pixel geometry, by producer layers that compute all their output channels row by row
+    (a GEMM over full columns or a pool). One producer writing the exact view is a plain edge;
+    concat slots and merged siblings' channel views give channel-slice sources. Needs tiling."""
     writers: dict[str, list[Layer]] = {}
     for ly in sg.layers:
         writers.setdefault(ly.output.buffer, []).append(ly)
-    full = {
+    sliced = {
         n.layer
         for n in sg.nodes
         if n.kind == NodeKind.MVM and (n.c0, n.c1) != (0, sg.layers[n.layer].cols)
     }
+
+    def producer_ok(lp: Layer) -> bool:
+        if lp.kind == LayerKind.GEMM:
+            return mvm_lines_ok(lp) and lp.index not in sliced
+        return pool_lines_ok(lp)
+
     out = {}
     for lc in sg.layers:
         v = lc.inputs[0]
-        if not (mvm_lines_ok(lc) or pool_lines_ok(lc)):
+        if not (mvm_lines_ok(lc) or pool_lines_ok(lc)) or v.chw is not None:
             continue
-        ws = writers.get(v.buffer, [])
-        if len(ws) != 1 or ws[0].output != v or ws[0].index >= lc.index:
-            continue
-        lp = ws[0]
         if sg.buffers[v.buffer].role not in (BufferRole.ACT, BufferRole.OUTPUT):
             continue
-        if (lp.kind == LayerKind.GEMM and mvm_lines_ok(lp) and lp.index not in full) or (
-            lp.kind != LayerKind.GEMM and pool_lines_ok(lp)
-        ):
-            out[lc.index] = lp.index
+        srcs, covered = [], 0
+        for lp in writers.get(v.buffer, []):
+            o = lp.output
+            lo = max(v.channel_offset, o.channel_offset)
+            hi = min(v.channel_offset + v.channels, o.channel_offset + o.channels)
+            if lo >= hi:
+                continue
+            same = (o.height, o.width, o.pixel_stride, o.chw) == (
+                v.height,
+                v.width,
+                v.pixel_stride,
+                None,
+            )
+            if not same or lp.index >= lc.index or not producer_ok(lp):
+                break
+            srcs.append(Source(lp.index, lo - o.channel_offset, lo - v.channel_offset, hi - lo))
+            covered += hi - lo
+        else:
+            if srcs and covered == v.channels:
+                out[lc.index] = srcs
     return out
 
 
-def plan_noc(sg: SpatialGraph, element_bytes: int) -> NocPlan:
+def plan_noc(sg: SpatialGraph, element_bytes: int, local_bytes: int = 1 << 20) -> NocPlan:
     """Choose the fed consumer units of `sg` (module docstring); needs cores assigned."""
     by_layer: dict[int, list[ComputeNode]] = {}
     for n in sg.nodes:
         by_layer.setdefault(n.layer, []).append(n)
-    plan = NocPlan(element_bytes=element_bytes)
-    for ci, pi in noc_edges(sg).items():
-        lc, lp = sg.layers[ci], sg.layers[pi]
-        if lp.kind == LayerKind.GEMM:
-            roots = [n for n in by_layer.get(lp.index, []) if n.row_group == 0]
-        else:
-            roots = list(by_layer.get(lp.index, []))
-        plan.producer_layer[lc.index] = lp.index
-        plan.width[lp.index] = lp.output.width
-        plan.producers[lp.index] = sorted(roots, key=lambda n: n.p0)
+    plan = NocPlan(element_bytes=element_bytes, local_bytes=local_bytes)
+    for ci, srcs in noc_edges(sg).items():
+        lc = sg.layers[ci]
+        plan.sources[ci] = srcs
+        for src in srcs:
+            lp = sg.layers[src.layer]
+            if lp.kind == LayerKind.GEMM:
+                roots = [n for n in by_layer.get(lp.index, []) if n.row_group == 0]
+            else:
+                roots = list(by_layer.get(lp.index, []))
+            plan.width[lp.index] = lp.output.width
+            plan.producers[lp.index] = sorted(roots, key=lambda n: n.p0)
         units: dict[Unit, list[ComputeNode]] = {}
         for m in by_layer.get(lc.index, []):
             rows, x0, x1 = input_rows(sg, m)
@@ -202,11 +235,6 @@ def plan_noc(sg: SpatialGraph, element_bytes: int) -> NocPlan:
             elif cores:
                 plan.demoted["same core"] = plan.demoted.get("same core", 0) + 1
     _derive(sg, plan)
-    while True:
-        bad = _mismatched_pairs(sg, plan)
-        if not bad:
-            break
-        demote_pairs(sg, plan, bad, "message order")
     return plan
 
 
@@ -229,48 +257,109 @@ def demote_pairs(sg: SpatialGraph, plan: NocPlan, pairs: set[tuple[int, int]], w
 # on output rows waiting to be sent (else one row)
 RING_BYTES = 512 * 1024
 OUT_BYTES = 192 * 1024
+PERSIST_SHARE = 0.6  # at most this share of a core's local memory holds persistent NoC buffers
 
 
 def _derive(sg: SpatialGraph, plan: NocPlan) -> None:
-    """Targets of every producer node, sender units and host-read buffers from `plan.fed`."""
-    plan.targets = {}
-    order = {n.id: i for nodes in sg.nodes_by_core().values() for i, n in enumerate(nodes)}
-    fed_nodes = sorted(
-        (m for m in sg.nodes if unit_of(m) in plan.fed), key=lambda m: (m.core, order[m.id])
-    )
-    for m in fed_nodes:
-        lp = plan.producer_layer[m.layer]
-        w = plan.width[lp]
-        rows, _, x0, x1 = plan.rows[m.id]
-        for n in plan.producers[lp]:
-            if any(max(iy * w + x0, n.p0) < min(iy * w + x1, n.p1) for iy in rows):
-                plan.targets.setdefault(n.id, []).append(m)
-    plan.senders = {
-        unit_of(n) for ns in plan.producers.values() for n in ns if n.id in plan.targets
-    }
-    eb = plan.element_bytes
-    plan.ring_rows = {}
-    for m in fed_nodes:
-        ly = sg.layers[m.layer]
-        rows = plan.rows[m.id][0]
-        span = max(rows) - min(rows) + 1 if rows else 1
-        wp = lines_geometry(ly, m)[4] if m.kind == NodeKind.MVM else ly.inputs[0].width
-        fits = span * wp * ly.inputs[0].channels * eb <= RING_BYTES
-        plan.ring_rows[m.id] = span if fits else ly.kernel_shape[0]
-    plan.out_rows = {}
-    for ps in plan.producers.values():
-        for n in ps:
-            if n.id in plan.targets:
-                w = sg.layers[n.layer].output.width
-                rows = (n.p1 - 1) // w - n.p0 // w + 1
-                row_bytes = w * sg.layers[n.layer].cols * eb
-                plan.out_rows[n.id] = max(1, min(rows, OUT_BYTES // row_bytes))
+    """Targets of every producer node, sender units, persistent buffers and host-read buffers
+    from `plan.fed`; fed units that do not fit their core's buffer share go back to host."""
+    while True:
+        _targets(sg, plan)
+        over = _layout(sg, plan)
+        if not over:
+            break
+        plan.fed -= over
+        plan.demoted["local memory"] = plan.demoted.get("local memory", 0) + len(over)
     host: set[str] = set()
     for n in sg.nodes:
         for _, v in host_views(sg, n, plan):
             host.add(v.buffer)
     host.update(b for b, buf in sg.buffers.items() if buf.role != BufferRole.ACT)
     plan.host_buffers = host
+
+
+def _targets(sg: SpatialGraph, plan: NocPlan) -> None:
+    plan.targets = {}
+    order = {n.id: i for nodes in sg.nodes_by_core().values() for i, n in enumerate(nodes)}
+    fed_nodes = sorted(
+        (m for m in sg.nodes if unit_of(m) in plan.fed), key=lambda m: (m.core, order[m.id])
+    )
+    for m in fed_nodes:
+        rows, _, x0, x1 = plan.rows[m.id]
+        for si, src in enumerate(plan.sources[m.layer]):
+            w = plan.width[src.layer]
+            for n in plan.producers[src.layer]:
+                if any(max(iy * w + x0, n.p0) < min(iy * w + x1, n.p1) for iy in rows):
+                    plan.targets.setdefault(n.id, []).append((m, si))
+    plan.senders = {
+        unit_of(n) for ns in plan.producers.values() for n in ns if n.id in plan.targets
+    }
+
+
+def _layout(sg: SpatialGraph, plan: NocPlan) -> set[Unit]:
+    """Place every core's persistent NoC buffers from the top of its local memory: all input rows
+    of a fed node when they fit RING_BYTES (else a ring of kernel-height rows), up to OUT_BYTES of
+    a producer's output rows. A core over its PERSIST_SHARE first falls back to rings and single
+    output rows; returns the fed units that still do not fit (largest first, one per core)."""
+    eb = plan.element_bytes
+    limit = int(plan.local_bytes * PERSIST_SHARE)
+    plan.ring_rows, plan.ring_base, plan.ring_row_bytes, plan.ring_pad = {}, {}, {}, {}
+    plan.out_rows, plan.out_base, plan.out_row_bytes, plan.persist = {}, {}, {}, {}
+    over: set[Unit] = set()
+    for core, nodes in sg.nodes_by_core().items():
+        fed = [m for m in nodes if unit_of(m) in plan.fed]
+        send = [n for n in nodes if n.id in plan.targets]
+        if not fed and not send:
+            continue
+        ring: dict[int, tuple[int, int, int]] = {}  # id -> (full rows, kernel rows, row bytes)
+        for m in fed:
+            ly = sg.layers[m.layer]
+            rows = plan.rows[m.id][0]
+            span = max(rows) - min(rows) + 1 if rows else 1
+            wp = lines_geometry(ly, m)[4] if m.kind == NodeKind.MVM else ly.inputs[0].width
+            rb = wp * ly.inputs[0].channels * eb
+            full = span if span * rb <= RING_BYTES else ly.kernel_shape[0]
+            ring[m.id] = (full, min(full, ly.kernel_shape[0]), rb)
+            plan.ring_row_bytes[m.id] = rb
+            plan.ring_pad[m.id] = ly.pads[1] if m.kind == NodeKind.MVM else 0
+        outs: dict[int, tuple[int, int]] = {}  # id -> (rows, row bytes)
+        for n in send:
+            w = sg.layers[n.layer].output.width
+            rows = (n.p1 - 1) // w - n.p0 // w + 1
+            rb = w * sg.layers[n.layer].cols * eb
+            outs[n.id] = (max(1, min(rows, OUT_BYTES // rb)), rb)
+            plan.out_row_bytes[n.id] = rb
+        slots = {i: full for i, (full, _, _) in ring.items()}
+        outn = {i: r for i, (r, _) in outs.items()}
+
+        def total(slots=slots, outn=outn, ring=ring, outs=outs) -> int:
+            rings = sum(k * ring[i][2] for i, k in slots.items())
+            return rings + sum(k * outs[i][1] for i, k in outn.items())
+
+        for i in sorted(ring, key=lambda i: -ring[i][0] * ring[i][2]):
+            if total() <= limit:
+                break
+            slots[i] = ring[i][1]
+        for i in outn:
+            if total() > limit:
+                outn[i] = 1
+        if total() > limit:
+            big = max(fed, key=lambda m: slots[m.id] * ring[m.id][2], default=None)
+            if big is not None:
+                over.add(unit_of(big))
+            continue
+        top = plan.local_bytes
+        for n in nodes:
+            if n.id in slots:
+                top -= slots[n.id] * ring[n.id][2]
+                plan.ring_base[n.id] = top
+                plan.ring_rows[n.id] = slots[n.id]
+            if n.id in outn:
+                top -= outn[n.id] * outs[n.id][1]
+                plan.out_base[n.id] = top
+                plan.out_rows[n.id] = outn[n.id]
+        plan.persist[core] = plan.local_bytes - top
+    return over
 
 
 def host_views(sg: SpatialGraph, n: ComputeNode, plan: NocPlan | None) -> list[tuple[int, object]]:
@@ -282,32 +371,6 @@ def host_views(sg: SpatialGraph, n: ComputeNode, plan: NocPlan | None) -> list[t
     return [(k, ly.inputs[k]) for k in ks if not (k == 0 and fed)]
 
 
-def _mismatched_pairs(sg: SpatialGraph, plan: NocPlan) -> set[tuple[int, int]]:
-    """Core pairs (P, C) whose send order on P differs from the recv order on C."""
-    sent: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
-    got: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
-    for core, nodes in sg.nodes_by_core().items():
-        for n in nodes:
-            ms = plan.targets.get(n.id)
-            if ms:
-                w = plan.width[n.layer]
-                for oy in range(n.p0 // w, (n.p1 - 1) // w + 1):
-                    xa, xb = max(n.p0, oy * w) - oy * w, min(n.p1, (oy + 1) * w) - oy * w
-                    for m in ms:
-                        _, rowset, x0, x1 = plan.rows[m.id]
-                        if oy in rowset and max(xa, x0) < min(xb, x1):
-                            sent.setdefault((core, m.core), []).append((n.id, m.id, oy))
-            if unit_of(n) in plan.fed:
-                prod = plan.producers[plan.producer_layer[n.layer]]
-                w = plan.width[plan.producer_layer[n.layer]]
-                rows, _, x0, x1 = plan.rows[n.id]
-                for iy in rows:
-                    for p in prod:
-                        if max(iy * w + x0, p.p0) < min(iy * w + x1, p.p1):
-                            got.setdefault((p.core, core), []).append((p.id, n.id, iy))
-    return {k for k in set(sent) | set(got) if sent.get(k) != got.get(k)}
-
-
 @dataclass(frozen=True)
 class NocDataflowPass:
     """Attach the NoC plan to the graph (`sg.noc`); lowering and synchronization follow it."""
@@ -316,7 +379,7 @@ class NocDataflowPass:
 
     def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
         out = replace(sg)
-        out.noc = plan_noc(sg, arch.element_bytes)
+        out.noc = plan_noc(sg, arch.element_bytes, arch.core.local_memory.memory_size)
         return out
 
 
@@ -393,14 +456,13 @@ def step_need(sg: SpatialGraph, n: ComputeNode, s: Step) -> list[tuple[int, int]
 
 @dataclass(frozen=True, slots=True)
 class Comm:
-    """A send (to `peer`) of output row `row` columns [x0, x1), or a recv (from `peer`) of input
-    row `row` columns [x0, x1) into the node's ring."""
+    """A send (to `peer`) or recv (from `peer`) of `size` bytes at local address `addr` (a
+    producer's persistent output row, or a fed node's input row slot)."""
 
     send: bool
     peer: int
-    row: int
-    x0: int
-    x1: int
+    addr: int
+    size: int
 
 
 class OrderStuck(Exception):
@@ -413,6 +475,52 @@ class OrderStuck(Exception):
 
 
 INF = float("inf")
+
+
+def _message(
+    sg: SpatialGraph,
+    plan: NocPlan,
+    n: ComputeNode,
+    m: ComputeNode,
+    src: Source,
+    r: int,
+    x0: int,
+    x1: int,
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(address, bytes) of the sends on n's core and of the matching recvs on m's core that move
+    columns [x0, x1) of row r from producer n's output rows into fed node m's input row: one
+    message when whole pixels move, one per pixel for a channel slice."""
+    eb = plan.element_bytes
+    cp = sg.layers[n.layer].cols  # channels of a producer's output row pixel
+    cc = sg.layers[m.layer].inputs[0].channels  # channels of a consumer's input row pixel
+    oy0 = n.p0 // plan.width[n.layer]
+    out = plan.out_base[n.id] + ((r - oy0) % plan.out_rows[n.id]) * plan.out_row_bytes[n.id]
+    ring = plan.ring_base[m.id] + (r % plan.ring_rows[m.id]) * plan.ring_row_bytes[m.id]
+    pad = plan.ring_pad[m.id]
+    if src.channels == cp == cc:
+        size = (x1 - x0) * cp * eb
+        return [(out + x0 * cp * eb, size)], [(ring + (x0 + pad) * cc * eb, size)]
+    xs = range(x0, x1)
+    size = src.channels * eb
+    sends = [(out + (x * cp + src.c0) * eb, size) for x in xs]
+    recvs = [(ring + ((x + pad) * cc + src.dst) * eb, size) for x in xs]
+    return sends, recvs
+
+
+def _runs(mask: int) -> list[tuple[int, int]]:
+    """[start, end) runs of set bits of `mask`."""
+    out = []
+    x = 0
+    while mask >> x:
+        if not (mask >> x) & 1:
+            low = (mask >> x) & -(mask >> x)
+            x += low.bit_length() - 1
+            continue
+        inv = ~(mask >> x)
+        length = (inv & -inv).bit_length() - 1
+        out.append((x, x + length))
+        x += length
+    return out
 
 
 def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[Comm]]:
@@ -437,12 +545,12 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     cores = sorted(by_core)
     steps = {n.id: node_steps(sg, n) for ns in by_core.values() for n in ns}
     lane = {n.id: lane_ns(arch, sg.layers[n.layer], n) for n in sg.nodes}
-    eb = arch.element_bytes
     # ring slots: rows a fed node loads, the previous row in the same slot, last step using it
     need: dict[int, list[list[tuple[int, int]]]] = {}
     prev_in_slot: dict[tuple[int, int], int] = {}
     last_use: dict[tuple[int, int], int] = {}
-    have: dict[tuple[int, int], int] = {}  # (node, row) -> bit mask of received columns
+    have: dict[tuple[int, int, int], int] = {}  # (node, row, source) -> received columns
+    want: dict[tuple[int, int], int] = {}  # (node, row) -> bit mask of the columns it reads
     for n in sg.nodes:
         if not plan.is_fed(n):
             continue
@@ -450,12 +558,14 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         need[n.id] = [step_need(sg, n, s) for s in steps[n.id]]
         seen: dict[int, int] = {}  # slot -> last row loaded there
         for j, rows in enumerate(need[n.id]):
-            for r, _ in rows:
+            for r, mask in rows:
                 last_use[n.id, r] = j
-                if (n.id, r) not in have:
+                want[n.id, r] = want.get((n.id, r), 0) | mask
+                if (n.id, r) not in prev_in_slot:
                     prev_in_slot[n.id, r] = seen.get(r % kh, -1)
                     seen[r % kh] = r
-                    have[n.id, r] = 0
+                    for si in range(len(plan.sources[n.layer])):
+                        have[n.id, r, si] = 0
     trees: dict[Unit, list[ComputeNode]] = {}
     for n in sg.nodes:
         if n.kind == NodeKind.MVM and sg.layers[n.layer].row_groups > 1:
@@ -463,6 +573,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     gang = {m.id: ms for ms in trees.values() for m in ms}
 
     comm: dict[tuple[int, int], list[Comm]] = {}
+    pos = {n.id: i for ns in by_core.values() for i, n in enumerate(ns)}
     ev: dict[int, dict[int, int]] = {c: {} for c in cores}
     ni = dict.fromkeys(cores, 0)  # index of the current node
     k = dict.fromkeys(cores, 0)  # steps of the current node done
@@ -512,22 +623,36 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             return not pending[c] and waits_ok(c, sg.tokens_end.get(c, []))
         j = k[c]
         if j == len(steps[n.id]):
-            return not pending[c]
-        if pending[c]:
+            return True  # rows still to send stay in the node's persistent output rows
+        if pending[c] and n.id in plan.out_rows:
             keep = plan.out_rows[n.id]
             oy = steps[n.id][j].oy
-            if any(msg[2] <= oy - keep for msg in pending[c].values()):
+            if any(msg[0] is n and msg[2] <= oy - keep for msg in pending[c].values()):
                 return False
         if not waits_ok(c, before(n, j)):
             return False
-        return n.id not in need or all(have[n.id, r] & m == m for r, m in need[n.id][j])
+        if n.id not in need:
+            return True
+        nsrc = range(len(plan.sources[n.layer]))
+        return all(have[n.id, r, si] & m == m for r, m in need[n.id][j] for si in nsrc)
 
     def slot_free(m: ComputeNode, r: int) -> bool:
+        """The persistent slot of row r of fed node m holds no row m still reads."""
         d = m.core
-        if current(d) is not m:
+        at = pos[m.id]
+        if at < ni[d]:
             return False
         p = prev_in_slot[m.id, r]
-        return p < 0 or last_use[m.id, p] < k[d]
+        return p < 0 or (at == ni[d] and last_use[m.id, p] < k[d])
+
+    def key(c: int) -> tuple[int, int]:
+        """The message slot core c is in: after step k of its current node, or the end of its
+        last node once all its nodes ran."""
+        n = current(c)
+        if n is None:
+            n = by_core[c][-1]
+            return (n.id, len(steps[n.id]))
+        return (n.id, k[c])
 
     def push(when: float, what: str, cs: tuple[int, ...], arg=None) -> None:
         nonlocal seq
@@ -600,12 +725,11 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         k[c] = j + 1
         if plan.targets.get(n.id):
             w = plan.width[n.layer]
-            for m in plan.targets[n.id]:
-                _, rowset, x0, x1 = plan.rows[m.id]
-                a, b = max(s.pa - s.oy * w, x0), min(s.pb - s.oy * w, x1)
-                if s.oy in rowset and a < b:
+            seg = (1 << (s.pb - s.oy * w)) - (1 << (s.pa - s.oy * w))
+            for m, si in plan.targets[n.id]:
+                for a, b in _runs(seg & want.get((m.id, s.oy), 0)):
                     nonlocal_mid[0] += 1
-                    pending[c][nonlocal_mid[0]] = (n, m, s.oy, a, b, j)
+                    pending[c][nonlocal_mid[0]] = (n, m, s.oy, a, b, si)
                     inbound[m.core].add(c)
                     woke.add(m.core)
 
@@ -631,12 +755,13 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             p, d = cs
             if mid not in pending[p]:
                 continue
-            n, m, r, x0, x1, _ = pending[p].pop(mid)
-            comm.setdefault((n.id, k[p]), []).append(Comm(True, d, r, x0, x1))
-            comm.setdefault((m.id, k[d]), []).append(Comm(False, p, r, x0, x1))
-            have[m.id, r] |= (1 << x1) - (1 << x0)
-            size = (x1 - x0) * sg.layers[n.layer].cols * eb
-            t[p] = t[d] = when + flits(arch, size) * link_latency_ns(arch, p, d)
+            n, m, r, x0, x1, si = pending[p].pop(mid)
+            sends, recvs = _message(sg, plan, n, m, plan.sources[m.layer][si], r, x0, x1)
+            comm.setdefault(key(p), []).extend(Comm(True, d, a, z) for a, z in sends)
+            comm.setdefault(key(d), []).extend(Comm(False, p, a, z) for a, z in recvs)
+            have[m.id, r, si] |= (1 << x1) - (1 << x0)
+            size = sum(z for _, z in sends)
+            t[p] = t[d] = when + (flits(arch, size) + len(sends) - 1) * link_latency_ns(arch, p, d)
             if not any(msg[1].core == d for msg in pending[p].values()):
                 inbound[d].discard(p)
             touch(p)

@@ -89,13 +89,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="print the suite-runner commands without modifying files",
+        help="print the suite-runner commands, every option spelled out (the runner's "
+        "defaults included), without modifying files (default: off)",
     )
     return p
 
 
 def _has_option(args: list[str], name: str) -> bool:
     return any(a == name or a.startswith(name + "=") for a in args)
+
+
+def runner_defaults(forwarded: list[str]) -> list[str]:
+    """The suite runner's defaults for options not forwarded (--archs, --jobs, --seed, ...),
+    spelled out so that every command, and --dry-run, shows the whole case set."""
+    out: list[str] = []
+    for action in runner_parser()._actions:
+        if not action.option_strings or action.help == argparse.SUPPRESS:
+            continue
+        name = action.option_strings[-1]
+        if name in ("--out-dir", "--models") or _has_option(forwarded, name):
+            continue
+        if action.default in (None, [], argparse.SUPPRESS) or isinstance(action.default, bool):
+            continue
+        values = action.default if isinstance(action.default, list) else [action.default]
+        out += [name, *(str(v) for v in values)]
+    return out
 
 
 def selected_variants(chosen: list[str] | None) -> list[str]:
@@ -135,6 +153,7 @@ def invocations(
                 str(Path(args.out_dir) / "ablation" / v / "parts" / part),
                 *mode_args,
                 *forwarded,
+                *runner_defaults(forwarded),
                 *(f"--raptor-extra-arg={a}" for a in VARIANTS[v]),
             ]
             out.append((v, part, argv))

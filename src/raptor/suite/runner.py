@@ -94,30 +94,33 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="ADDRESS",
         help="run the cases as tasks on this Dask distributed scheduler (e.g. tcp://host:8786) "
-        "instead of local processes; the out-dir must be on a filesystem every worker sees",
+        "instead of local processes; the out-dir must be on a filesystem every worker sees "
+        "(default: local processes)",
     )
     p.add_argument(
         "--no-fast",
         action="store_true",
-        help="rebuild models, reference data and artifacts instead of reusing cached ones",
+        help="rebuild models, reference data and artifacts instead of reusing cached ones "
+        "(default: off)",
     )
     p.add_argument(
         "--raptor-extra-arg",
         action="append",
         default=[],
         metavar="ARG",
-        help="extra argument for `raptor compile` (repeatable), e.g. --raptor-extra-arg=--pim-disable-synchronization",
+        help="extra argument for `raptor compile` (repeatable), e.g. --raptor-extra-arg=--pim-disable-synchronization (default: none)",
     )
     p.add_argument(
         "--raptor-only",
         action="store_true",
-        help="run Raptor only; pimcomp is not compiled, validated or simulated (SKIPPED)",
+        help="run Raptor only; pimcomp is not compiled, validated or simulated (SKIPPED) "
+        "(default: off)",
     )
     p.add_argument(
         "--only",
         choices=("raptor", "pimcomp"),
         default=None,
-        help="comparison mode: run only this compiler's side of the comparison",
+        help="comparison mode: run only this compiler's side of the comparison (default: both)",
     )
     p.add_argument(
         "--input-size",
@@ -158,7 +161,9 @@ def make_console():
 
 
 def prepare_models(specs: list[CaseSpec], console) -> None:
-    """Build each model once and its reference data once, before any case runs."""
+    """Build each model once and its reference data once, before any case runs; every model
+    file passes the import gate (raptor.frontend.gate) first."""
+    from raptor.frontend.gate import check_model
     from raptor.models import save_model
     from raptor.validation.reference import ensure_reference
 
@@ -172,6 +177,7 @@ def prepare_models(specs: list[CaseSpec], console) -> None:
         if not s.fast or not s.model_path.is_file() or not _model_matches(s):
             save_model(model, s.model_path, input_size=s.input_size, seed=s.seed)
             _write_model_key(s)
+        check_model(s.model_path)
         ensure_reference(s.model_path, s.common_dir, n_inputs, seed=s.seed, fast=s.fast)
         console.log(
             f"[bold]{model}[/]: model and reference data ready ({time.perf_counter() - t0:.1f} s)"
@@ -343,10 +349,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     from raptor.arch import load_arch
     from raptor.errors import RaptorError
+    from raptor.models import check_input_size
 
     try:
         for a in args.archs:
             load_arch(a)
+        for m in args.models:
+            check_input_size(m, args.input_size)
     except RaptorError as e:
         console.print(f"run_pimcomp_models.py: error: {e}")
         return 2
@@ -364,7 +373,16 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         with executor:
-            prepare_models(specs, console)
+            try:
+                prepare_models(specs, console)
+            except RaptorError as e:
+                console.print(
+                    f"run_pimcomp_models.py: error: {e}",
+                    soft_wrap=True,
+                    highlight=False,
+                    markup=False,
+                )
+                return 2
             results = run_cases(specs, executor, console)
     except KeyboardInterrupt:
         console.print(

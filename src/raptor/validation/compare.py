@@ -156,8 +156,9 @@ class Verdict:
         n_exact = sum(e.exact_rel is not None for e in self.errors)
         exact = f"; {n_exact} judged against float64, see below" if n_exact else ""
         lines = [
+            *(self.sim or {}).get("target_override", []),
             f"functional validation: {self.status} (max rel error {self.max_rel:.3g}, tolerance "
-            f"{self.rtol:g}{exact})"
+            f"{self.rtol:g}{exact})",
         ]
         for e in self.errors:
             mark = "ok " if e.passed else "BAD"
@@ -348,26 +349,31 @@ def default_common_dir(pim_parent: Path) -> Path:
 def validate_dir(
     dir: str | Path,
     model_path: str | Path,
-    arch,
-    mode: str = "latency",
+    arch=None,
+    mode: str | None = None,
     pipeline: int | None = None,
     seed: int = 0,
     common_dir: str | Path | None = None,
+    force_target: bool = False,
     intermediates: bool = False,
 ) -> Verdict:
-    """Simulate a pim/ directory on the reference inputs of `model_path` and compare.
+    """Simulate a pim/ directory on the reference inputs of `model_path` and compare. arch, mode
+    and pipeline default to the directory's target record and must not contradict it
+    (raptor.isa.target.resolve_target; force_target overrides, and the verdict says so).
     intermediates: also compare every intermediate the program stores in host memory (the last
     input's) with onnxruntime's and float64's, in graph order (`Verdict.tensors`)."""
+    from raptor.frontend.gate import check_model
     from raptor.isa.pimdir import read_pimdir
+    from raptor.isa.target import resolve_target
     from raptor.sim import find_pimdir, simulate
     from raptor.validation.reference import ensure_reference
 
+    check_model(model_path)  # before anything is read or a reference directory is made
     pimdir = find_pimdir(dir)
     prog = read_pimdir(pimdir)
-    if mode == "throughput":
-        rounds = int(pipeline) if pipeline is not None else int(prog.meta.get("pipeline", 4))
-    else:
-        rounds = 1
+    target = resolve_target(prog, arch, mode, pipeline, force=force_target)
+    arch, mode = target.arch, target.mode
+    rounds = target.pipeline if mode == "throughput" else 1
     common = (
         Path(common_dir) if common_dir is not None else default_common_dir(pimdir.parent.resolve())
     )
@@ -379,6 +385,7 @@ def validate_dir(
         mode=mode,
         pipeline=rounds,
         inputs=list(ref.inputs)[:rounds],
+        force_target=force_target,
         tensors=intermediates,
     )
     verdict = judge_outputs(report.outputs, ref, model_path)

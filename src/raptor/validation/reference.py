@@ -154,7 +154,9 @@ def _load(paths, meta, n_inputs: int, intermediates: bool) -> ReferenceData:
 def _generate(
     model_path: Path, n_inputs: int, seed: int, intermediates: bool, sha: str
 ) -> ReferenceData:
-    model = onnx.load(str(model_path))
+    from raptor.frontend.gate import check_model
+
+    model = check_model(model_path).model
     sess = _session(_with_all_outputs(model) if intermediates else model)
     out_names = [o.name for o in model.graph.output]
     ins = make_inputs(sess, n_inputs, seed)
@@ -201,7 +203,9 @@ def ensure_reference(
     """Return seeded inputs and onnxruntime outputs for the model, cached under common_dir."""
     if n_inputs < 1:
         raise ValueError("n_inputs must be >= 1")
-    model_path = Path(model_path)
+    from raptor.frontend.gate import check_file
+
+    model_path = check_file(model_path)  # the whole gate runs when the data is generated
     common_dir = Path(common_dir)
     common_dir.mkdir(parents=True, exist_ok=True)
     paths = _paths(common_dir, seed)

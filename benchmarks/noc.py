@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""NoC dataflow before/after: each model compiled by Raptor with every activation through host
+memory (`--pim-disable-noc-dataflow`, the dataflow before the NoC pass) and with the NoC dataflow,
+simulated at full size, with the mean per-core breakdown of the latency (matrix busy, vector,
+transfer, sync stall, recv stall, memory stall), host and NoC bytes per inference, and the
+machine bounds. Writes CSV + PNG.
+
+    .venv/bin/python benchmarks/noc.py [--models vgg8 resnet18 resnet34 googlenet]
+        [--archs arch-a] [--mode latency|throughput] [--out-dir benchmarks/out/noc]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from raptor.arch import load_arch
+from raptor.compiler import compile_model
+from raptor.models import build_model
+from raptor.options import CompileOptions
+from raptor.sim import simulate
+from raptor.suite.charts import save_figure
+from raptor.suite.runner import write_csv
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARES = ("matrix_busy_ns", "vector_busy_ns", "transfer_busy_ns")
+STALLS = ("stall_sync_ns", "stall_recv_ns", "stall_memory_ns")
+
+
+def measure(model, arch, opts: CompileOptions, seed: int = 0) -> dict[str, str]:
+    t0 = time.perf_counter()
+    res = compile_model(model, arch, opts)
+    t1 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    name = model.graph.input[0].name
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    ins = [{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(opts.pipeline)]
+    rep = simulate(res.program, arch, opts.mode, opts.pipeline, ins)
+    t2 = time.perf_counter()
+    used = [c for c in rep.per_core if c.instructions]
+    lat = rep.latency_ns
+    row = {
+        "latency_ms": f"{lat / 1e6:.4f}",
+        "throughput_ips": f"{rep.throughput_per_s:.2f}",
+        "energy_uj": f"{rep.energy_per_inference_uj:.1f}",
+        "host_mb": f"{rep.host_bytes_per_inference / 1e6:.3f}",
+        "noc_mb": f"{rep.noc_bytes_per_inference / 1e6:.3f}",
+        "machine_lb_ms": f"{res.report['bounds']['latency_lb_machine_ns'] / 1e6:.4f}",
+        "program_lb_ms": f"{res.report['machine_bound_program']['latency_lb_program_ns'] / 1e6:.4f}",
+        "instructions": str(res.report["instructions_total"]),
+        "compile_s": f"{t1 - t0:.1f}",
+        "simulate_s": f"{t2 - t1:.1f}",
+    }
+    for k in SHARES + STALLS:
+        row[k.replace("_ns", "")] = f"{100 * np.mean([getattr(c, k) for c in used]) / lat:.1f}"
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--models", nargs="+", default=["vgg8", "resnet18", "resnet34", "googlenet"])
+    p.add_argument("--archs", nargs="+", default=["arch-a"])
+    p.add_argument("--mode", choices=("latency", "throughput"), default="latency")
+    p.add_argument("--pipeline", type=int, default=4, help="throughput mode only (default 4)")
+    p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "out" / "noc"))
+    args = p.parse_args(argv)
+    pipe = args.pipeline if args.mode == "throughput" else 1
+    rows = []
+    for name in args.models:
+        model = build_model(name)
+        for a in args.archs:
+            arch = load_arch(a)
+            for dataflow, off in (("host", True), ("noc", False)):
+                opts = CompileOptions(mode=args.mode, pipeline=pipe, disable_noc_dataflow=off)
+                row = {"model": name, "arch": a, "mode": args.mode, "dataflow": dataflow}
+                row.update(measure(model, arch, opts))
+                rows.append(row)
+                print(
+                    f"{name}/{a}/{dataflow}: {row['latency_ms']} ms, matrix {row['matrix_busy']}%"
+                    f", sync {row['stall_sync']}%, recv {row['stall_recv']}%, host {row['host_mb']}"
+                    f" MB, NoC {row['noc_mb']} MB ({row['compile_s']} s + {row['simulate_s']} s)",
+                    flush=True,
+                )
+    out = Path(args.out_dir) / f"noc_{args.mode}.csv"
+    write_csv(out, list(rows[0]), rows)
+    _chart(rows, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+    return 0
+
+
+def _chart(rows: list[dict[str, str]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = sorted({(r["model"], r["arch"]) for r in rows}, key=lambda c: (c[1], c[0]))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    x = np.arange(len(cases))
+    for i, flow in enumerate(("host", "noc")):
+        sel = {(r["model"], r["arch"]): r for r in rows if r["dataflow"] == flow}
+        lat = [float(sel[c]["latency_ms"]) for c in cases]
+        ax1.bar(x + (i - 0.5) * 0.4, lat, 0.4, label=f"{flow} dataflow")
+        bottom = np.zeros(len(cases))
+        for k, color in zip(("matrix_busy", "stall_sync", "stall_recv", "stall_memory"), "gbrm"):
+            v = np.array([float(sel[c][k]) for c in cases])
+            ax2.bar(
+                x + (i - 0.5) * 0.4,
+                v,
+                0.4,
+                bottom=bottom,
+                color=color,
+                alpha=0.5 if flow == "host" else 0.9,
+                label=f"{k} ({flow})",
+            )
+            bottom += v
+    labels = [f"{m}\n{a}" for m, a in cases]
+    ax1.set_xticks(x, labels)
+    ax1.set_ylabel("latency (ms)")
+    ax1.set_title("Raptor latency: host-memory vs NoC dataflow")
+    ax1.legend()
+    ax2.set_xticks(x, labels)
+    ax2.set_ylabel("% of latency (mean over used cores)")
+    ax2.set_title("per-core breakdown (left bar host, right bar NoC)")
+    ax2.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.15))
+    save_figure(fig, path)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

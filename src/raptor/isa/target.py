@@ -1,0 +1,347 @@
+"""The target record `pim/target.json`: what a pim/ directory was compiled for, and the checks
+that keep a program off a chip, mode or pipeline it was not compiled for.
+
+Both compilers attach a `TargetRecord` to the program they emit and `write_pimdir` writes it as
+`target.json` (pimsim-nn reads only `config.json` and `core_<i>.*`, so it never sees this file):
+
+* `arch`: the architecture's name; `arch_params`: its full parameters (the architecture file's
+  JSON object, so a custom file need not be at hand later); `arch_sha256`: sha256 of those
+  parameters without `name` and `description` (two files with the same chip hash the same);
+* `mode`, `pipeline`: what the program was compiled for;
+* `compiler` (`raptor` | `pimcomp`), `compiler_version`, `options` (every `CompileOptions` field);
+* `local_memory_peak_bytes` and `local_memory_peak_core`: the largest local-memory footprint of
+  any core, which the loader cannot recover from the instructions.
+
+`resolve_target` turns a program plus the caller's (optional) arch, mode and pipeline into what
+runs: missing values come from the record; a value that contradicts the record raises
+`TargetMismatchError` naming both, unless `force` is set, in which case the contradiction is
+returned in `RunTarget.overrides` for the report to print. `check_fits` rejects a program that
+needs more cores, crossbars per core or local memory than the chip has, or (recorded programs)
+an array group with fewer crossbars than its weight matrix needs on the chip, with the numbers;
+no override exists for that. A directory without a record (written by another
+tool) runs with explicit values: `arch` is then required, mode defaults to latency.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from raptor.arch.loader import Arch, parse_arch
+from raptor.errors import PimFormatError, TargetMismatchError
+
+if TYPE_CHECKING:
+    from raptor.isa.pimdir import PimProgram
+    from raptor.options import CompileOptions
+
+TARGET_FILE = "target.json"
+RECORD_VERSION = 1
+OVERRIDE_HINT = "recompile for the requested target or pass --force-target"
+
+
+def arch_params(arch: Arch) -> dict[str, Any]:
+    """The architecture as its JSON object (what `parse_arch` reads back), without `source`."""
+    d = asdict(arch)
+    d.pop("source", None)
+    if d.get("inter_chip") is None:
+        d.pop("inter_chip", None)
+    return json.loads(json.dumps(d))  # tuples -> lists, exactly the file's form
+
+
+def arch_sha256(arch: Arch) -> str:
+    """sha256 of the chip's parameters: everything but `name`, `description` and `source`."""
+    d = {k: v for k, v in arch_params(arch).items() if k not in ("name", "description")}
+    return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class TargetRecord:
+    """Contents of target.json (see the module docstring)."""
+
+    arch: str
+    arch_sha256: str
+    arch_params: dict[str, Any]
+    mode: str
+    pipeline: int
+    compiler: str
+    compiler_version: str
+    options: dict[str, Any] = field(default_factory=dict)
+    local_memory_peak_bytes: int | None = None
+    local_memory_peak_core: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": RECORD_VERSION, **asdict(self)}
+
+    def load_arch(self) -> Arch:
+        """The recorded architecture, rebuilt from its parameters (and checked against its hash)."""
+        arch = parse_arch(self.arch_params, f"{self.arch} (recorded in {TARGET_FILE})")
+        if arch_sha256(arch) != self.arch_sha256:
+            raise PimFormatError(
+                f"{TARGET_FILE}: the recorded parameters of {self.arch} do not match their "
+                f"sha256 {self.arch_sha256[:12]}"
+            )
+        return arch
+
+    @property
+    def summary(self) -> str:
+        """One line: arch (hash), mode, pipeline, compiler."""
+        return (
+            f"{self.arch} (parameters sha256 {self.arch_sha256[:12]}), {self.mode} mode, "
+            f"pipeline {self.pipeline}, {self.compiler} {self.compiler_version}"
+        )
+
+
+def make_record(
+    arch: Arch, opts: CompileOptions, local_memory_peak_bytes: list[int] | int | None
+) -> TargetRecord:
+    """The record of a program compiled for `arch` under `opts`."""
+    import raptor
+
+    peak = core = None
+    if isinstance(local_memory_peak_bytes, list) and local_memory_peak_bytes:
+        peak = int(max(local_memory_peak_bytes))
+        core = int(local_memory_peak_bytes.index(max(local_memory_peak_bytes)))
+    elif isinstance(local_memory_peak_bytes, int):
+        peak = local_memory_peak_bytes
+    return TargetRecord(
+        arch=arch.name,
+        arch_sha256=arch_sha256(arch),
+        arch_params=arch_params(arch),
+        mode=opts.mode,
+        pipeline=int(opts.pipeline),
+        compiler=opts.compiler,
+        compiler_version=raptor.__version__,
+        options=asdict(opts),
+        local_memory_peak_bytes=peak,
+        local_memory_peak_core=core,
+    )
+
+
+def parse_record(data: Any, where: str) -> TargetRecord:
+    """A TargetRecord from target.json's object; a malformed record is a PimFormatError."""
+
+    def bad(msg: str) -> PimFormatError:
+        return PimFormatError(f"{where}: {msg}")
+
+    if not isinstance(data, dict):
+        raise bad("must hold a JSON object")
+    if data.get("version") != RECORD_VERSION:
+        raise bad(f"unsupported version {data.get('version')!r} (expected {RECORD_VERSION})")
+    for key, typ in (
+        ("arch", str),
+        ("arch_sha256", str),
+        ("arch_params", dict),
+        ("mode", str),
+        ("pipeline", int),
+        ("compiler", str),
+        ("compiler_version", str),
+    ):
+        if not isinstance(data.get(key), typ) or isinstance(data.get(key), bool):
+            raise bad(f"{key} missing or not a {typ.__name__}")
+    if data["mode"] not in ("latency", "throughput"):
+        raise bad(f"mode must be latency or throughput, got {data['mode']!r}")
+    if data["pipeline"] < 1:
+        raise bad(f"pipeline must be >= 1, got {data['pipeline']}")
+    for key in ("local_memory_peak_bytes", "local_memory_peak_core"):
+        if data.get(key) is not None and not isinstance(data[key], int):
+            raise bad(f"{key} must be an integer or null")
+    return TargetRecord(
+        arch=data["arch"],
+        arch_sha256=data["arch_sha256"],
+        arch_params=data["arch_params"],
+        mode=data["mode"],
+        pipeline=data["pipeline"],
+        compiler=data["compiler"],
+        compiler_version=data["compiler_version"],
+        options=dict(data.get("options") or {}),
+        local_memory_peak_bytes=data.get("local_memory_peak_bytes"),
+        local_memory_peak_core=data.get("local_memory_peak_core"),
+    )
+
+
+@dataclass
+class RunTarget:
+    """What a program runs as: the chip, mode and pipeline, the record they were checked
+    against (None: no record) and the contradictions a forced run overrode."""
+
+    arch: Arch
+    mode: str
+    pipeline: int
+    record: TargetRecord | None = None
+    overrides: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "arch": self.arch.name,
+            "arch_sha256": arch_sha256(self.arch),
+            "mode": self.mode,
+            "pipeline": self.pipeline,
+            "compiled_for": None
+            if self.record is None
+            else {
+                "arch": self.record.arch,
+                "arch_sha256": self.record.arch_sha256,
+                "mode": self.record.mode,
+                "pipeline": self.record.pipeline,
+                "compiler": self.record.compiler,
+            },
+        }
+
+    def override_lines(self) -> list[str]:
+        """The loud warning a report prints when a forced run contradicted the record."""
+        if not self.overrides:
+            return []
+        return [
+            "WARNING: TARGET OVERRIDE (--force-target): "
+            + "; ".join(self.overrides)
+            + ". These figures are not those of the program's own target."
+        ]
+
+
+def resolve_target(
+    prog: PimProgram,
+    arch: Arch | None = None,
+    mode: str | None = None,
+    pipeline: int | None = None,
+    force: bool = False,
+) -> RunTarget:
+    """Fill arch/mode/pipeline from the program's record and refuse contradictions (see the
+    module docstring); then check that the program fits the chip."""
+    if mode is not None and mode not in ("latency", "throughput"):
+        raise TargetMismatchError(f"unknown mode {mode!r} (latency or throughput)")
+    if pipeline is not None and int(pipeline) < 1:
+        raise TargetMismatchError(f"pipeline must be >= 1, got {pipeline}")
+    if mode == "latency" and pipeline is not None and int(pipeline) != 1:
+        raise TargetMismatchError(
+            f"latency mode runs one input: pipeline {pipeline} needs throughput mode"
+        )
+    rec = prog.target
+    if rec is None:
+        if arch is None:
+            raise TargetMismatchError(
+                f"the program has no target record ({TARGET_FILE}): pass --arch "
+                "(and --mode/--pipeline) for a directory written by another tool"
+            )
+        mode = mode or "latency"
+        if mode == "latency" and pipeline not in (None, 1):
+            raise TargetMismatchError(
+                f"latency mode runs one input: pipeline {pipeline} needs throughput mode"
+            )
+        if mode == "latency":
+            pipeline = 1
+        elif pipeline is None:
+            pipeline = int(prog.meta.get("pipeline", 4))
+        rt = RunTarget(arch, mode, int(pipeline))
+        check_fits(prog, rt)
+        return rt
+
+    wrong: list[str] = []
+    run_arch = rec.load_arch() if arch is None else arch
+    if arch is not None and arch_sha256(arch) != rec.arch_sha256:
+        wrong.append(
+            f"compiled for {rec.arch} (parameters sha256 {rec.arch_sha256[:12]}), "
+            f"asked for {arch.name} (sha256 {arch_sha256(arch)[:12]})"
+        )
+    run_mode = mode or rec.mode
+    if run_mode != rec.mode:
+        wrong.append(f"compiled for {rec.mode} mode, asked for {run_mode}")
+    if pipeline is not None:
+        run_pipeline = int(pipeline)
+    elif run_mode == rec.mode:
+        run_pipeline = rec.pipeline
+    else:  # a forced mode change: latency runs one input, throughput the usual 4
+        run_pipeline = 1 if run_mode == "latency" else max(rec.pipeline, 4)
+    if run_pipeline != rec.pipeline and (pipeline is not None or run_mode == rec.mode):
+        wrong.append(f"compiled for pipeline {rec.pipeline}, asked for {run_pipeline}")
+    if run_mode == "latency":
+        run_pipeline = 1
+    if wrong and not force:
+        raise TargetMismatchError("target mismatch: " + "; ".join(wrong) + f"; {OVERRIDE_HINT}")
+    rt = RunTarget(run_arch, run_mode, run_pipeline, rec, wrong)
+    check_fits(prog, rt)
+    return rt
+
+
+def _matrix_shapes(prog: PimProgram) -> list[tuple[int, int]]:
+    if prog.weight_matrices:
+        return [(int(m.shape[0]), int(m.shape[1])) for m in prog.weight_matrices]
+    table = prog.meta.get("weights", {}).get("matrices", [])
+    return [(int(r), int(c)) for _, r, c in table]
+
+
+def fit_figures(prog: PimProgram, arch: Arch, record: TargetRecord | None) -> dict[str, Any]:
+    """What the program needs next to what the chip has (for checks and `raptor inspect`)."""
+    xbars = [int(sum(a)) for a in prog.array_group_map]
+    worst = max(range(len(xbars)), key=xbars.__getitem__, default=None)
+    f: dict[str, Any] = {
+        "arch": arch.name,
+        "cores": prog.core_cnt,
+        "cores_with_instructions": sum(1 for s in prog.cores if len(s)),
+        "chip_cores": arch.core_count,
+        "crossbars_per_core_max": xbars[worst] if worst is not None else 0,
+        "crossbars_per_core_max_core": worst,
+        "chip_crossbars_per_core": arch.crossbars_per_core,
+        "local_memory_peak_bytes": None if record is None else record.local_memory_peak_bytes,
+        "local_memory_peak_core": None if record is None else record.local_memory_peak_core,
+        "chip_local_memory_bytes": arch.core.local_memory.memory_size,
+        "array_group_short": None,
+    }
+    # Compiled programs size every array group for its matrix on their chip; hand-written ones
+    # (no record, e.g. pimsim-nn micro-programs) may pair any matrix with any group, so the
+    # per-group check needs the record.
+    shapes = _matrix_shapes(prog) if record is not None else []
+    if shapes and prog.array_group_weights:
+        for core, (ags, mats) in enumerate(zip(prog.array_group_map, prog.array_group_weights)):
+            for g, (have, m) in enumerate(zip(ags, mats)):
+                if not 0 <= m < len(shapes):
+                    continue
+                rows, cols = shapes[m]
+                need = arch.crossbars_for(rows, cols)
+                if need > have:
+                    f["array_group_short"] = {
+                        "core": core,
+                        "group": g,
+                        "rows": rows,
+                        "cols": cols,
+                        "needs": need,
+                        "has": int(have),
+                    }
+                    return f
+    return f
+
+
+def check_fits(prog: PimProgram, rt: RunTarget) -> None:
+    """Refuse a program that needs more of anything than the chip has; one line, all numbers."""
+    f = fit_figures(prog, rt.arch, rt.record)
+    a = rt.arch
+    short: list[str] = []
+    if f["cores"] > f["chip_cores"]:
+        short.append(
+            f"it has {f['cores']} cores ({f['cores_with_instructions']} with instructions), "
+            f"the chip has {f['chip_cores']}"
+        )
+    if f["crossbars_per_core_max"] > f["chip_crossbars_per_core"]:
+        short.append(
+            f"core {f['crossbars_per_core_max_core']} uses {f['crossbars_per_core_max']} "
+            f"crossbars, the chip has {f['chip_crossbars_per_core']} per core"
+        )
+    ag = f["array_group_short"]
+    if ag is not None:
+        short.append(
+            f"array group {ag['group']} of core {ag['core']} holds a {ag['rows']}x{ag['cols']} "
+            f"weight matrix, which needs {ag['needs']} crossbars of "
+            f"{a.matrix.rows}x{a.matrix.cols} at {a.weight_bits}-bit weights, the group has "
+            f"{ag['has']}"
+        )
+    peak = f["local_memory_peak_bytes"]
+    if peak is not None and peak > f["chip_local_memory_bytes"]:
+        short.append(
+            f"core {f['local_memory_peak_core']} needs {peak} bytes of local memory, the chip "
+            f"has {f['chip_local_memory_bytes']}"
+        )
+    if short:
+        raise TargetMismatchError(
+            f"the program does not fit {a.name}: " + "; ".join(short) + " (not run)"
+        )
