@@ -334,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--intermediates",
         action="store_true",
         help="also compare every intermediate tensor the program stores; print the first one "
-        "over the tolerance",
+        "over the tolerance (default: outputs only)",
     )
     vp.set_defaults(func=_cmd_validate)
 
