@@ -55,7 +55,13 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_models_build(args: argparse.Namespace) -> int:
     from raptor.models import save_model
 
-    path = save_model(args.name, args.out, input_size=args.input_size, seed=args.seed)
+    path = save_model(
+        args.name,
+        args.out,
+        input_size=args.input_size,
+        seed=args.seed,
+        activations=args.activations,
+    )
     print(path)
     return 0
 
@@ -158,6 +164,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         pipeline=args.pipeline,
         seed=args.seed,
         force_target=args.force_target,
+        intermediates=args.intermediates,
     )
     _warn_override((verdict.sim or {}).get("target_override", []))
     print(json.dumps(verdict.to_dict(), indent=2) if args.json else verdict.format())
@@ -262,6 +269,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="input height = width (default: the model's own)",
     )
     mb.add_argument("--seed", type=int, default=0, help="seed of the weights (default 0)")
+    mb.add_argument(
+        "--activations",
+        choices=("probe", "realistic"),
+        default="probe",
+        help="yolo11n only: realistic = batch-calibrated BN with large attention and DFL logits "
+        "(default: probe)",
+    )
     mb.set_defaults(func=_cmd_models_build)
 
     cp = sub.add_parser("compile", help="compile an ONNX model to a pim/ directory")
@@ -349,6 +363,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_target_args(vp)
     vp.add_argument("--seed", type=int, default=0, help="seed of the reference inputs (default 0)")
     vp.add_argument("--json", action="store_true", help=json_help)
+    vp.add_argument(
+        "--intermediates",
+        action="store_true",
+        help="also compare every intermediate tensor the program stores; print the first one "
+        "over the tolerance (default: outputs only)",
+    )
     vp.set_defaults(func=_cmd_validate)
 
     bp = sub.add_parser(

@@ -155,3 +155,39 @@ def test_bytes_do_not_depend_on_blas_threads():
     )
     here = hashlib.sha256(build_model("yolo11n", 64).SerializeToString()).hexdigest()
     assert out.stdout.strip() == here
+
+
+def test_yolo11n_realistic_activations(tmp_path, capsys):
+    """--activations realistic: batch-calibrated BN (centred variance, weight 6, bias -1) gives
+    the attention and the head a trained detector's magnitudes; the probe build is untouched."""
+    from raptor.cli import main
+    from raptor.models.common import REALISTIC_BETA, REALISTIC_GAMMA
+    from raptor.models.yolo import build_yolo11n
+
+    _, probe = build_yolo11n(64)
+    model, real = build_yolo11n(64, activations="realistic")
+    assert onnx.checker.check_model(model, full_check=True) is None
+    # pre-activation channels: std 6 and mean -1 on the probe the BN was calibrated on (checked
+    # on the first, largest map: deeper maps of a 64x64 input shrink towards the layer's stats)
+    v = real.vals["model.0"]
+    assert np.allclose(v.std(axis=(0, 2, 3)), REALISTIC_GAMMA, rtol=0.05)
+    assert np.allclose(v.mean(axis=(0, 2, 3)), REALISTIC_BETA, atol=0.05 * REALISTIC_GAMMA)
+    # the attention logits are where the probe build stays small and the realistic one does not
+    att = "model.10.m.0.attn.scaled"
+    assert np.abs(real.vals[att]).max() > 10 * np.abs(probe.vals[att]).max()
+    assert (
+        model.SerializeToString()
+        == build_model("yolo11n", 64, activations="realistic").SerializeToString()
+    )
+    assert model.SerializeToString() != build_model("yolo11n", 64).SerializeToString()
+
+    out = tmp_path / "v.onnx"
+    assert main(["models", "build", "vgg8", "--activations", "realistic", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        "raptor: error: --activations realistic is only available for yolo11n, not vgg8\n"
+    )
+    assert not out.exists() and not list(tmp_path.iterdir())
+    y = tmp_path / "y.onnx"
+    args = ["models", "build", "yolo11n", "--input-size", "64", "--activations", "realistic"]
+    assert main([*args, "--out", str(y)]) == 0
+    assert y.read_bytes() == model.SerializeToString()

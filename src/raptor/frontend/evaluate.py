@@ -1,9 +1,12 @@
 """A small numpy evaluator of the graph IR (NCHW, float32): the semantic oracle that tests
-use to show folding and fusion keep the values onnxruntime computes."""
+use to show folding and fusion keep the values onnxruntime computes. With dtype=np.float64 it
+evaluates in double precision: the near-exact values that validation measures float32 rounding
+against (raptor.validation.compare)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -20,7 +23,8 @@ def _conv(n: Node, x):
 
 
 def _gemm(n: Node, x):
-    y = (x.astype(np.float32) @ n.params["W"] + n.params["B"]).astype(np.float32)
+    dt = K._ft(x)
+    y = (x.astype(dt) @ n.params["W"].astype(dt) + n.params["B"]).astype(dt)
     return [K.activation(y, n.attrs.get("activation"))]
 
 
@@ -40,7 +44,7 @@ def _binary(fn):
     def run(n: Node, a, b):
         y = fn(a, b)
         if y.dtype.kind == "f":
-            y = y.astype(np.float32)
+            y = y.astype(np.float64 if np.float64 in (a.dtype, b.dtype) else np.float32)
         return [K.activation(y, n.attrs.get("activation"))]
 
     return run
@@ -78,7 +82,7 @@ OPS: dict[str, Callable] = {
     "Sigmoid": lambda n, x: [K.sigmoid(x)],
     "Clip": lambda n, x: [np.clip(x, n.attrs["min"], n.attrs["max"]).astype(x.dtype)],
     "Softmax": lambda n, x: [K.softmax(x, n.attrs["axis"])],
-    "MatMul": lambda n, a, b: [np.matmul(a, b).astype(np.float32)],
+    "MatMul": lambda n, a, b: [np.matmul(a, b).astype(np.result_type(a, b, np.float32))],
     "Concat": lambda n, *xs: [np.concatenate(xs, axis=n.attrs["axis"])],
     "Split": lambda n, x: K.split(x, n.attrs["split"], n.attrs["axis"]),
     "Transpose": lambda n, x: [np.ascontiguousarray(np.transpose(x, n.attrs["perm"]))],
@@ -98,16 +102,22 @@ OPS: dict[str, Callable] = {
 SHAPED = {"Flatten": _reshape, "Reshape": _reshape, "Resize": _resize}
 
 
+def _as(v: np.ndarray, dtype) -> np.ndarray:
+    return v.astype(dtype) if v.dtype.kind == "f" else v
+
+
 def evaluate(
-    graph: Graph, inputs: dict[str, np.ndarray], keep_all: bool = False
+    graph: Graph, inputs: dict[str, np.ndarray], keep_all: bool = False, dtype=np.float32
 ) -> dict[str, np.ndarray]:
-    """Run the graph on `inputs` (name -> array). Returns the graph outputs, or every tensor
-    when keep_all."""
-    env: dict[str, np.ndarray] = dict(graph.constants)
+    """Run the graph on `inputs` (name -> array) in `dtype` (float32, or float64 for near-exact
+    values). Returns the graph outputs, or every tensor when keep_all."""
+    env: dict[str, np.ndarray] = {k: _as(v, dtype) for k, v in graph.constants.items()}
     for name in graph.inputs:
-        env[name] = np.asarray(inputs[name], dtype=np.float32).reshape(graph.shapes[name])
+        env[name] = np.asarray(inputs[name], dtype=dtype).reshape(graph.shapes[name])
     for n in graph.nodes:
         args = [env[t] for t in n.inputs]
+        if dtype != np.float32 and n.params:
+            n = replace(n, params={k: _as(v, dtype) for k, v in n.params.items()})
         if n.op in SHAPED:
             outs = SHAPED[n.op](n, *args, graph)
         elif n.op == "Pad":

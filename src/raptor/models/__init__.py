@@ -1,7 +1,7 @@
 """The model suite: deterministic, seeded ONNX builders (onnx.helper + numpy, no downloads).
 
-build_model(name, input_size=None, seed=0) -> onnx.ModelProto
-save_model(name, out, input_size=None, seed=0) -> Path      (atomic write)
+build_model(name, input_size=None, seed=0, activations="probe") -> onnx.ModelProto
+save_model(name, out, input_size=None, seed=0, activations="probe") -> Path      (atomic write)
 model_info(name) -> dict                                    (param counts, notes)
 input_sensitivity(model, seed=0) -> float                   (output spread across inputs)
 """
@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 from raptor.errors import RaptorError
-from raptor.models.common import count_params
+from raptor.models.common import ACTIVATIONS, count_params
 
 MODEL_NAMES = ("vgg8", "resnet18", "resnet34", "googlenet", "yolo11n")
 DEFAULT_INPUT_SIZE = {
@@ -68,8 +68,14 @@ def check_input_size(name: str, input_size: int | None) -> int:
     return size
 
 
-def _build(name: str, input_size: int | None, seed: int):
+def _build(name: str, input_size: int | None, seed: int, activations: str = "probe"):
     size = check_input_size(name, input_size)
+    if activations not in ACTIVATIONS:
+        raise RaptorError(
+            f"unknown activations {activations!r}; choose one of {', '.join(ACTIVATIONS)}"
+        )
+    if activations != "probe" and name != "yolo11n":
+        raise RaptorError(f"--activations {activations} is only available for yolo11n, not {name}")
     if name == "vgg8":
         from raptor.models.vgg import build_vgg8
 
@@ -84,24 +90,35 @@ def _build(name: str, input_size: int | None, seed: int):
         return build_googlenet(size, seed)
     from raptor.models.yolo import build_yolo11n
 
-    return build_yolo11n(size, seed)
+    return build_yolo11n(size, seed, activations)
 
 
-def build_model(name: str, input_size: int | None = None, seed: int = 0) -> onnx.ModelProto:
-    """Build a suite model (opset 17, batch 1, NCHW float32 input named "input")."""
-    model, _ = _build(name, input_size, seed)
+def build_model(
+    name: str, input_size: int | None = None, seed: int = 0, activations: str = "probe"
+) -> onnx.ModelProto:
+    """Build a suite model (opset 17, batch 1, NCHW float32 input named "input").
+
+    activations "realistic" (yolo11n only): batch-calibrated BN with trained-detector magnitudes
+    (raptor.models.common)."""
+    model, _ = _build(name, input_size, seed, activations)
     return model
 
 
-def save_model(name: str, out: str | Path, input_size: int | None = None, seed: int = 0) -> Path:
+def save_model(
+    name: str,
+    out: str | Path,
+    input_size: int | None = None,
+    seed: int = 0,
+    activations: str = "probe",
+) -> Path:
     """Build and write a suite model atomically (temp file in the same directory + os.replace).
 
     `out` is a file path, or an existing directory (then `<name>.onnx` inside it)."""
     out = Path(out)
+    data = build_model(name, input_size, seed, activations).SerializeToString()
     if out.is_dir():
         out = out / f"{name}.onnx"
     out.parent.mkdir(parents=True, exist_ok=True)
-    data = build_model(name, input_size, seed).SerializeToString()
     fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
     try:
         with os.fdopen(fd, "wb") as f:

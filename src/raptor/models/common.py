@@ -8,6 +8,14 @@ variance become the measured mean and second moment) maps it to values of mean a
 and RMS about `gamma`, with seeded random `gamma`/`beta`. Activations therefore stay of order
 1-10 at any depth (yolo11n's head: a few tens), and the output depends on the input. Statistics are rounded to float16 precision so that the bytes do not depend on
 BLAS summation order.
+
+`activations="realistic"` (yolo11n only) calibrates every Conv+BN the way an exporter does after
+running BatchNorm in training mode on a batch: running mean and variance are the probe's mean and
+*centred* variance per channel (no second-moment damping), and the BN weight and bias are
+REALISTIC_GAMMA and REALISTIC_BETA for every channel, so each pre-activation channel has std 6 and
+mean -1 on the probe. The attention's scaled logits then reach 170-370 (the default build: 2-6)
+and the DFL logits 50-430, so that its two softmaxes amplify float32 rounding as the report of an
+ultralytics export with calibrated BN showed (README, "Validation and tolerances").
 """
 
 from __future__ import annotations
@@ -21,6 +29,9 @@ from onnx import TensorProto, helper, numpy_helper
 from raptor.frontend import kernels as K
 
 OPSET = 17
+ACTIVATIONS = ("probe", "realistic")
+REALISTIC_GAMMA = 6.0  # BN weight of every channel under activations="realistic"
+REALISTIC_BETA = -1.0  # BN bias of every channel under activations="realistic"
 IR_VERSION = 8
 
 
@@ -30,8 +41,13 @@ def _r16(a: np.ndarray) -> np.ndarray:
 
 
 class Builder:
-    def __init__(self, name: str, input_size: int, seed: int, channels: int = 3):
+    def __init__(
+        self, name: str, input_size: int, seed: int, channels: int = 3, activations: str = "probe"
+    ):
+        if activations not in ACTIVATIONS:
+            raise ValueError(f"activations must be one of {', '.join(ACTIVATIONS)}")
         self.name = name
+        self.activations = activations
         self.rng = np.random.default_rng(seed)
         probe_rng = np.random.default_rng([seed, 7919])
         self.nodes: list[onnx.NodeProto] = []
@@ -121,6 +137,11 @@ class Builder:
         # its spread then cannot amplify another input's (different) mean into a huge value
         sq = raw.astype(np.float64) ** 2
         var = wgt * sq.mean(axis=(0, 2, 3)) + (1 - wgt) * sq.mean()
+        if self.activations == "realistic":
+            # batch-calibrated BN: centred variance, one weight and bias for every channel
+            var = var - mean**2
+            g = np.full(cout, REALISTIC_GAMMA, np.float32)
+            beta = np.full(cout, REALISTIC_BETA, np.float32)
         mean = _r16(mean)
         var = _r16(np.maximum(var, 1e-4))
         g, beta = _r16(g), _r16(beta)

@@ -146,10 +146,10 @@ def _detect(b: Builder, feats: list[str], strides: list[int], size: int) -> str:
     return b.concat([dbox, b.sigmoid(cls)], axis=1, name="output0")
 
 
-def build_yolo11n(input_size: int = 640, seed: int = 0):
+def build_yolo11n(input_size: int = 640, seed: int = 0, activations: str = "probe"):
     if input_size % 32:
         raise ValueError(f"yolo11n needs an input size divisible by 32, got {input_size}")
-    b = Builder("yolo11n", input_size, seed)
+    b = Builder("yolo11n", input_size, seed, activations=activations)
     x = _conv(b, b.input_name, 16, 3, 2, name="model.0")
     x = _conv(b, x, 32, 3, 2, name="model.1")
     x = _c3k2(b, x, 64, False, 0.25, name="model.2")

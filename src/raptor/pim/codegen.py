@@ -170,11 +170,24 @@ def assemble_program(
         }
         for t, b, shape in items
     ]
+    # where each intermediate would sit in host memory (buffers the passes fused away are left
+    # out; the simulator reads back only those the program really stored)
+    tensors = [
+        {"name": t, "address": address[b] + off * eb, "shape": list(shape), "strides": list(st)}
+        for t, (b, off, shape, st) in sg.notes.get("tensor_views", {}).items()
+        if b in address
+    ]
     return PimProgram(
         cores=cores,
         array_group_map=ag_map,
         weight_matrices=matrices,
         array_group_weights=ag_weights,
         memory=memory,
-        meta={**meta, "element_bytes": eb, "inputs": io(sg.inputs), "outputs": io(sg.outputs)},
+        meta={
+            **meta,
+            "element_bytes": eb,
+            "inputs": io(sg.inputs),
+            "outputs": io(sg.outputs),
+            "tensors": tensors,
+        },
     )

@@ -70,6 +70,24 @@ def _regions(specs: list[dict], eb: int, host_size: int, what: str) -> list[tupl
     return out
 
 
+def read_tensors(
+    data: np.ndarray, written: np.ndarray, specs: list[dict], eb: int
+) -> dict[str, np.ndarray]:
+    """The intermediates of config.json's `tensors` (byte address, ONNX shape, element strides)
+    gathered from a host-memory image; only tensors whose every element the run stored (a
+    program may keep a tensor in local memory or forward it core to core instead)."""
+    out = {}
+    for spec in specs:
+        idx = np.full((), int(spec["address"]) // eb, dtype=np.int64)
+        for n, st in zip(spec["shape"], spec["strides"]):
+            idx = idx[..., None] + np.arange(int(n), dtype=np.int64) * int(st)
+        if idx.size and (idx.min() < 0 or idx.max() >= data.size):
+            raise SimulationError(f"tensor {spec['name']!r} lies outside host memory")
+        if written[idx].all():
+            out[spec["name"]] = data[idx].astype(np.float32)
+    return out
+
+
 def simulate(
     prog: PimProgram,
     arch: Arch | None = None,
@@ -78,6 +96,7 @@ def simulate(
     inputs: list[dict[str, np.ndarray]] | None = None,
     force_target: bool = False,
     trace: bool = False,
+    tensors: bool = False,
 ) -> SimReport:
     """Run prog on arch. Latency mode runs every core once; throughput mode runs every non-empty
     core's program `pipeline` times, streaming input r to round r (docs/pim-format.md). With
@@ -85,7 +104,9 @@ def simulate(
 
     arch, mode and pipeline default to the program's target record; one that contradicts it is
     refused unless force_target (then the report carries the override), and a program that does
-    not fit the chip is never run (raptor.isa.target.resolve_target)."""
+    not fit the chip is never run (raptor.isa.target.resolve_target).
+    tensors: also read every intermediate the program records back from host memory (the values
+    of the last round) into `report.tensors`."""
     from raptor.isa.target import resolve_target
 
     target = resolve_target(prog, arch, mode, pipeline, force=force_target)
@@ -116,6 +137,8 @@ def simulate(
         for s, e, name, _ in out_specs
     ]
     host = HostMemory(prog.memory, eb, in_regions, out_regions, rounds)
+    if tensors:
+        host.written = np.zeros(host.size, dtype=bool)
 
     t0 = time.perf_counter()
     recorder = TraceRecorder(layer_bounds(meta, prog.core_cnt)) if trace else None
@@ -137,7 +160,7 @@ def simulate(
         }
         for r in range(rounds)
     ]
-    return SimReport(
+    report = SimReport(
         mode=mode,
         pipeline=rounds,
         latency_ns=deadlines[0] if deadlines else 0.0,
@@ -160,6 +183,9 @@ def simulate(
         target_override=target.override_lines(),
         trace=recorder,
     )
+    if tensors:
+        report.tensors = read_tensors(host.data, host.written, meta.get("tensors", []), eb)
+    return report
 
 
 def find_pimdir(path: str | Path) -> Path:

@@ -65,6 +65,7 @@ class HostMemory:
         self.inputs = inputs
         self.outputs = outputs
         self.rounds = rounds
+        self.written: np.ndarray | None = None  # a mask of stored elements, when tracked
 
     @property
     def size(self) -> int:
@@ -81,6 +82,8 @@ class HostMemory:
     def write(self, a: int, values: np.ndarray, rnd: int) -> None:
         n = values.size
         self.data[a : a + n] = values
+        if self.written is not None:
+            self.written[a : a + n] = True
         for s, e, _name, arrs in self.outputs:
             lo, hi = max(a, s), min(a + n, e)
             if lo < hi and rnd < len(arrs):

@@ -66,6 +66,8 @@ class SimReport:
     target: dict[str, Any] = field(default_factory=dict)  # raptor.isa.target.RunTarget.to_dict
     target_override: list[str] = field(default_factory=list)  # a forced run's loud warning
     trace: Any = None  # traced runs: the raptor.sim.trace.TraceRecorder (not in to_dict)
+    # intermediates read back from host memory after the run (simulate(tensors=True)), last round
+    tensors: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def instructions_per_s(self) -> float:

@@ -255,6 +255,7 @@ def build_spatial(graph: Graph, element_bytes: int = 2, xbar_rows: int = 128) ->
         notes["depthwise"] = dw_stats
     for t in graph.outputs:
         tb.finish_output(t)
+    notes["tensor_views"] = tb.tensor_views()
 
     inputs = [(t, views[t].buffer, tuple(shapes[t])) for t in graph.inputs]
     outputs = []
@@ -349,6 +350,29 @@ class _TensorOps:
             raise UnsupportedOpError(f"tensor {t!r}: no strided view of shape {shape}")
         self.sviews[t] = v
         return v
+
+    def tensor_views(self) -> dict[str, tuple[str, int, tuple[int, ...], tuple[int, ...]]]:
+        """Every graph tensor that has a host view: (buffer, element offset, ONNX shape, element
+        strides), so that intermediates can be read back from host memory after a run."""
+        out = {}
+        for t in [*self.views, *self.sviews]:
+            if t in out or t in self.g.constants or t not in self.shapes:
+                continue
+            tv = self.views.get(t)
+            if t not in self.sviews and tv is not None and tv.chw and tv.chw[1] * tv.chw[2] > 1:
+                continue  # a flat (CHW-order) view of NHWC data: not a strided view
+            try:
+                v = self.sv(t)
+            except UnsupportedOpError:
+                continue
+            if tuple(v.shape) == tuple(self.shapes[t]):
+                out[t] = (
+                    v.buffer,
+                    int(v.offset),
+                    tuple(map(int, v.shape)),
+                    tuple(map(int, v.strides)),
+                )
+        return out
 
     def tv(self, t: str) -> TensorView:
         """The NHWC TensorView of a 4-D tensor (copying it into an NHWC buffer if needed)."""

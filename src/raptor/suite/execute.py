@@ -115,7 +115,7 @@ def run_compiler(spec: CaseSpec, compiler: str, log: io.StringIO) -> CompilerRes
     from raptor.arch import load_arch
     from raptor.isa.pimdir import read_pimdir
     from raptor.sim import simulate
-    from raptor.validation.compare import compare_outputs
+    from raptor.validation.compare import judge_outputs
     from raptor.validation.reference import ensure_reference
 
     res = CompilerResult(status="ERROR")
@@ -146,7 +146,7 @@ def run_compiler(spec: CaseSpec, compiler: str, log: io.StringIO) -> CompilerRes
     log.write(f"simulate: {res.simulate_s:.2f} s\n{sim.format()}\n")
     if spec.trace:
         _write_trace(sim, prog.meta, report, out, log)
-    verdict = compare_outputs(sim.outputs, ref.outputs)
+    verdict = judge_outputs(sim.outputs, ref, spec.model_path)
     _atomic_json(out / "validation.json", verdict.to_dict())
     log.write(verdict.format() + "\n")
     res.status = verdict.status

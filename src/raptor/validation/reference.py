@@ -175,6 +175,23 @@ def _generate(
     return ReferenceData(ins, outs, float(sens), inter, sha, False)
 
 
+def exact_values(
+    model_path: str | Path, inputs: list[dict[str, np.ndarray]], keep_all: bool = False
+) -> list[dict[str, np.ndarray]]:
+    """The model evaluated in float64 (raptor.frontend.evaluate on its graph IR) on each input:
+    near-exact values to measure float32 rounding against. The graph outputs, or with keep_all
+    every tensor of the graph IR (names follow the ONNX model's, fused tensors are absent)."""
+    from raptor.frontend import load_graph
+    from raptor.frontend.evaluate import evaluate
+
+    g = load_graph(model_path)
+    out = []
+    for feed in inputs:
+        env = evaluate(g, feed, keep_all=keep_all, dtype=np.float64)
+        out.append({k: v for k, v in env.items() if k not in g.constants})
+    return out
+
+
 def ensure_reference(
     model_path: str | Path,
     common_dir: str | Path,
