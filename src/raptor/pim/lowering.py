@@ -22,6 +22,7 @@ reads its windows from there (`lower_mvm_lines`, `lower_pool_lines`); the node's
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
@@ -575,9 +576,8 @@ def lower_mvm_lines(
     row_bytes = wp * c * eb
     noc = ctx.sg.noc
     fed = noc is not None and noc.is_fed(node)
-    slots = noc.ring_rows[node.id] if fed else kh
     # a fed node's rows sit in its persistent NoC buffer, padding zeroed at program start
-    ring = noc.ring_base[node.id] if fed else alloc.alloc(slots * row_bytes, "ring")
+    ring = None if fed else alloc.alloc(kh * row_bytes, "ring")
     zero_row = alloc.alloc(row_bytes, "zero row")
     cross = [(a, b) for a, b in tiles if a // krow != (b - 1) // krow]
     win = alloc.alloc(max((b - a for a, b in cross), default=1) * eb, "window")
@@ -593,7 +593,7 @@ def lower_mvm_lines(
     regs.loc(win)
     # zero the ring's padding columns and the zero row once (the node reads only columns
     # [x0, x1) of a row, which every load writes, and the padding)
-    spans = [] if fed else ring_padding(ring, slots, row_bytes, pl, v.width, wp, c * eb)
+    spans = [] if fed else ring_padding(ring, kh, row_bytes, pl, v.width, wp, c * eb)
     spans += _chunks(zero_row, row_bytes)
     zero_all = [
         make(Opcode.LLDI, rd=R_ZERO, r2_or_imm=0, generic1=OFFSET_RD, generic2=a, generic3=n)
@@ -606,10 +606,10 @@ def lower_mvm_lines(
     mbiw = arch.weight_bits
 
     def slot(iy: int) -> int:
-        return ring + (iy % slots) * row_bytes
+        return noc.in_row_addr(node, iy) if fed else ring + (iy % kh) * row_bytes
 
     sender = last and noc is not None and bool(noc.targets.get(node.id))
-    out_at = _out_rows(ctx, node) if sender else None
+    out_at = partial(noc.out_row_addr, node) if sender else None
     comm = _messages(ctx, node, t_addr)
 
     def load_row(iy: int) -> list[np.ndarray]:
@@ -846,15 +846,6 @@ def noc_prologue(ctx: LowerCtx, core: int) -> list[np.ndarray]:
     return out
 
 
-def _out_rows(ctx: LowerCtx, node: ComputeNode):
-    """Address of output row oy in a NoC producer's persistent output rows (spatial/noc.py)."""
-    noc = ctx.sg.noc
-    ow = ctx.sg.layers[node.layer].output.width
-    base, n, row_bytes = noc.out_base[node.id], noc.out_rows[node.id], noc.out_row_bytes[node.id]
-    oy0 = node.p0 // ow
-    return lambda oy: base + ((oy - oy0) % n) * row_bytes
-
-
 def _messages(ctx: LowerCtx, node: ComputeNode, reg: int):
     """The records of a node's NoC message slot k (spatial/noc.py order_messages): sends and recvs
     at the local addresses the message order chose, in order."""
@@ -977,8 +968,7 @@ def lower_pool_lines(
     pro, regs, counts, recip = _pool_prologue(ctx, layer, is_max, alloc, c, eb)
     noc = ctx.sg.noc
     fed = noc is not None and noc.is_fed(node)
-    slots = noc.ring_rows[node.id] if fed else kh
-    ring = noc.ring_base[node.id] if fed else alloc.alloc(slots * row_bytes, "ring")
+    ring = None if fed else alloc.alloc(kh * row_bytes, "ring")
     red = alloc.alloc(row_bytes, "row")
     acc = alloc.alloc(c * eb, "acc")
     tmp = alloc.alloc(c * eb, "tmp")
@@ -986,13 +976,13 @@ def lower_pool_lines(
     regs.loc(red)
     t_addr, t_src = TEMPS[3], TEMPS[2]
     sender = noc is not None and bool(noc.targets.get(node.id))
-    out_at = _out_rows(ctx, node) if sender else None
+    out_at = partial(noc.out_row_addr, node) if sender else None
     blocks: list[np.ndarray] = regs.flush()
     loaded: set[int] = set()
     seg = (x1 - x0) * c
 
     def slot(iy: int) -> int:
-        return ring + (iy % slots) * row_bytes
+        return noc.in_row_addr(node, iy) if fed else ring + (iy % kh) * row_bytes
 
     comm = _messages(ctx, node, t_addr)
     steps = line_steps(ctx, node, bands, before, after)

@@ -125,9 +125,8 @@ def _message(
     eb = plan.element_bytes
     cp = sg.layers[n.layer].cols  # channels of a producer's output row pixel
     cc = sg.layers[m.layer].inputs[0].channels  # channels of a consumer's input row pixel
-    oy0 = n.p0 // plan.width[n.layer]
-    out = plan.out_base[n.id] + ((r - oy0) % plan.out_rows[n.id]) * plan.out_row_bytes[n.id]
-    ring = plan.ring_base[m.id] + (r % plan.ring_rows[m.id]) * plan.ring_row_bytes[m.id]
+    out = plan.out_row_addr(n, r)
+    ring = plan.in_row_addr(m, r)
     pad = plan.ring_pad[m.id]
     if src.channels == cp == cc:
         size = (x1 - x0) * cp * eb

@@ -94,7 +94,7 @@ class NocPlan:
     sources: dict[int, list[Source]] = field(default_factory=dict)  # consumer layer -> sources
     width: dict[int, int] = field(default_factory=dict)  # producer layer -> output row width
     producers: dict[int, list[ComputeNode]] = field(default_factory=dict)  # root nodes by p0
-    rows: dict[int, tuple[list[int], frozenset[int], int, int]] = field(default_factory=dict)
+    rows: dict[int, tuple[list[int], int, int]] = field(default_factory=dict)  # input_rows
     # producer node id -> (fed consumer node, index of the source in its layer's sources)
     targets: dict[int, list[tuple[ComputeNode, int]]] = field(default_factory=dict)
     senders: set[Unit] = field(default_factory=set)  # units of producers with targets
@@ -127,7 +127,7 @@ class NocPlan:
 
     def pieces(self, m: ComputeNode, iy: int) -> list[tuple[int, int, int, int]]:
         """(producer core, x0, x1, source) segments of input row iy that fed node m receives."""
-        _, _, x0, x1 = self.rows[m.id]
+        _, x0, x1 = self.rows[m.id]
         out = []
         for si, src in enumerate(self.sources[m.layer]):
             w = self.width[src.layer]
@@ -137,6 +137,16 @@ class NocPlan:
                 if a < b:
                     out.append((n.core, a - iy * w, b - iy * w, si))
         return out
+
+    def in_row_addr(self, m: ComputeNode, r: int) -> int:
+        """Local address of the persistent slot holding input row r of fed node m."""
+        return self.ring_base[m.id] + (r % self.ring_rows[m.id]) * self.ring_row_bytes[m.id]
+
+    def out_row_addr(self, n: ComputeNode, oy: int) -> int:
+        """Local address of the persistent slot holding output row oy of producer n."""
+        first = n.p0 // self.width[n.layer]
+        slot = (oy - first) % self.out_rows[n.id]
+        return self.out_base[n.id] + slot * self.out_row_bytes[n.id]
 
     def fed_by(self, m: ComputeNode) -> set[int]:
         """Producer cores of a fed consumer node."""
@@ -224,8 +234,7 @@ def plan_noc(sg: SpatialGraph, element_bytes: int, local_bytes: int = 1 << 20) -
             plan.producers[lp.index] = sorted(roots, key=lambda n: n.p0)
         units: dict[Unit, list[ComputeNode]] = {}
         for m in by_layer.get(lc.index, []):
-            rows, x0, x1 = input_rows(sg, m)
-            plan.rows[m.id] = (rows, frozenset(rows), x0, x1)
+            plan.rows[m.id] = input_rows(sg, m)
             units.setdefault(unit_of(m), []).append(m)
         for u, ms in units.items():
             cores = {c for m in ms for c in plan.fed_by(m)}
@@ -284,7 +293,7 @@ def _targets(sg: SpatialGraph, plan: NocPlan) -> None:
         (m for m in sg.nodes if unit_of(m) in plan.fed), key=lambda m: (m.core, order[m.id])
     )
     for m in fed_nodes:
-        rows, _, x0, x1 = plan.rows[m.id]
+        rows, x0, x1 = plan.rows[m.id]
         for si, src in enumerate(plan.sources[m.layer]):
             w = plan.width[src.layer]
             for n in plan.producers[src.layer]:
