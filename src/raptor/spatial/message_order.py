@@ -11,6 +11,7 @@ why that one global order makes the programs deadlock-free whatever the real tim
 from __future__ import annotations
 
 import heapq
+import itertools
 from dataclasses import dataclass
 
 from raptor.arch import Arch
@@ -160,11 +161,12 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     k - 1 (slot 0 after its prologue), in the order the node's core issues them.
 
     An execution on estimated times (spatial/cost.py lane costs, NoC flit latency) builds one
-    global sequence of events: a core whose next step has its rows received, its waits satisfied
-    and its previous step's rows sent runs that step (the row groups of one reduction tree run
-    each step together, as one event); a row a producer holds is exchanged once its consumer's
-    core is between two steps of that node and the ring slot the row goes to is free; of all
-    enabled events the earliest runs first. Every core's program lists its events in the order of
+    global sequence of events: a core whose next step has its input columns received, its waits
+    satisfied and the output row slot it writes free (the row that used it sent) runs that step
+    (the row groups of one reduction tree run each step together, as one event); a row segment a
+    producer holds is exchanged once the consumer's core is between two steps (of any node: the
+    buffers persist) and the slot the row goes to holds no row still read; of all enabled events
+    the earliest runs first. Every core's program lists its events in the order of
     that sequence, so the sequence is a global order all programs respect, and the programs
     cannot deadlock (module docstring); following estimated times keeps a core's recvs in the
     order its producers deliver. Raises OrderStuck when the execution stops early."""
@@ -222,11 +224,11 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         return ns[ni[c]] if ni[c] < len(ns) else None
 
     def waits_ok(c: int, toks) -> bool:
-        want: dict[int, int] = {}
+        counts: dict[int, int] = {}
         for tk in toks:
             if tk.kind == "wait":
-                want[tk.event] = want.get(tk.event, 0) + tk.value
-        return all(ev[c].get(e, 0) >= v for e, v in want.items())
+                counts[tk.event] = counts.get(tk.event, 0) + tk.value
+        return all(ev[c].get(e, 0) >= v for e, v in counts.items())
 
     def before(n: ComputeNode, j: int) -> list:
         st = steps[n.id]
@@ -359,12 +361,11 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             seg = (1 << (s.pb - s.oy * w)) - (1 << (s.pa - s.oy * w))
             for m, si in plan.targets[n.id]:
                 for a, b in _runs(seg & want.get((m.id, s.oy), 0)):
-                    nonlocal_mid[0] += 1
-                    pending[c][nonlocal_mid[0]] = (n, m, s.oy, a, b, si)
+                    pending[c][next(ids)] = (n, m, s.oy, a, b, si)
                     inbound[m.core].add(c)
                     woke.add(m.core)
 
-    nonlocal_mid = [0]
+    ids = itertools.count()  # message ids
     for c in cores:
         for tk in sg.tokens_start.get(c, []):
             if tk.kind == "sync":
