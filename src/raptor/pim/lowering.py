@@ -38,7 +38,7 @@ from raptor.spatial.geometry import (
     window_classes,
 )
 from raptor.spatial.ir import ComputeNode, Layer, LayerKind, NodeKind, SpatialGraph
-from raptor.spatial.message_order import node_steps, row_segments, row_steps
+from raptor.spatial.message_order import row_segments, row_steps
 from raptor.spatial.noc import mvm_lines_ok, pool_lines_ok
 from raptor.spatial.tiling import row_tiles
 
@@ -704,7 +704,7 @@ def lower_mvm_lines(
         if sender:
             blocks += store_row(ctx, node, oy, pa - oy * ow, pb - oy * ow, out_at(oy), t_addr)
         blocks += post
-    blocks += comm(_slots(ctx, node, bands))
+    blocks += comm(_end_slot(ctx, node, steps, bands))
     return concat(blocks)
 
 
@@ -795,9 +795,11 @@ def line_steps(
     return out
 
 
-def _slots(ctx: LowerCtx, node: ComputeNode, bands: list[tuple[int, int]]) -> int:
-    """Index of a node's last message slot (after its last step): its number of steps."""
-    return len(node_steps(ctx.sg, node)) if ctx.sg.noc is not None else len(bands)
+def _end_slot(ctx: LowerCtx, node: ComputeNode, steps: list, bands: list[tuple[int, int]]) -> int:
+    """Index of a line-buffer node's last message slot, after its last step: its number of
+    steps (a NoC node, one slot per step of `line_steps`) or of bands (any other node)."""
+    noc = ctx.sg.noc
+    return len(steps) if noc is not None and noc.uses_lines(node) else len(bands)
 
 
 def ring_padding(ring: int, slots: int, row_bytes: int, pl: int, width: int, wp: int, px: int):
@@ -1074,7 +1076,7 @@ def lower_pool_lines(
         if sender:
             blocks += store_row(ctx, node, oy, pa - oy * ow, pb - oy * ow, out_at(oy), t_addr)
         blocks += post
-    blocks += comm(_slots(ctx, node, bands))
+    blocks += comm(_end_slot(ctx, node, steps, bands))
     return concat(blocks)
 
 
