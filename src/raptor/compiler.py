@@ -100,6 +100,7 @@ def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) ->
         sg = timed(NocDataflowPass.name, NocDataflowPass().apply, arch, sg)
     meta = {"compiler": "raptor", "arch": arch.name, "mode": opts.mode, "pipeline": opts.pipeline}
     planned = sg
+    failure = "no program"
     for _ in range(MAX_NOC_ROUNDS):
         sg = planned
         if not opts.disable_synchronization:
@@ -115,6 +116,7 @@ def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) ->
             except OrderStuck as e:
                 if not demote_pairs(planned, planned.noc, e.pairs, "order"):
                     raise PassFailedError(f"NoC message order: {e}") from None
+                failure = f"NoC message order: {e}"
                 continue
         timed("verify-spatial", sg.verify)
         prog, stats = timed("pim-codegen", generate, arch, sg, meta)
@@ -122,10 +124,11 @@ def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) ->
         check = timed("deadlock-check", check_programs, prog.cores, 2 if opts.pipeline > 1 else 1)
         if check.ok:
             break
+        failure = f"emitted program would deadlock: {check.describe()}"
         if planned.noc is None or not _demote_blocked(planned, check):
-            raise PassFailedError(f"emitted program would deadlock: {check.describe()}")
+            raise PassFailedError(failure)
     else:
-        raise PassFailedError(f"emitted program would deadlock: {check.describe()}")
+        raise PassFailedError(f"{failure} (after {MAX_NOC_ROUNDS} rounds of demotion)")
     est = timed("estimates", estimates, arch, sg)
     return _with_bounds(
         CompileResult(prog, _report(arch, opts, sg, prog, stats, est, times)), graph, arch
@@ -146,8 +149,9 @@ def _demote_blocked(sg, check: DeadlockReport) -> bool:
     if demote_pairs(sg, sg.noc, pairs, "deadlock"):
         return True
     stuck = {b.core for b in check.blocked}
-    cores = {c for c in range(sg.core_count)}
-    return bool(demote_pairs(sg, sg.noc, {(p, c) for c in stuck for p in cores}, "deadlock"))
+    return bool(
+        demote_pairs(sg, sg.noc, {(p, c) for c in stuck for p in range(sg.core_count)}, "deadlock")
+    )
 
 
 def _with_bounds(res: CompileResult, graph, arch: Arch) -> CompileResult:
@@ -175,6 +179,7 @@ def _span(sg, opts) -> int | None:
 
 def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, Any]:
     per_core = [int(len(s)) for s in prog.cores]
+    stores = _bytes_of(prog, Opcode.ST)
     by_op: dict[str, int] = {}
     for s in prog.cores:
         for k, v in opcode_counts(s).items():
@@ -201,8 +206,8 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "host_memory_bytes": stats["host_memory_bytes"],
         "host_load_bytes_per_layer": stats["host_load_bytes"],
         "host_load_bytes": int(sum(stats["host_load_bytes"].values())),
-        "host_store_bytes": _bytes_of(prog, Opcode.ST),
-        "host_bytes_per_inference": _bytes_of(prog, Opcode.LD) + _bytes_of(prog, Opcode.ST),
+        "host_store_bytes": stores,
+        "host_bytes_per_inference": _bytes_of(prog, Opcode.LD) + stores,
         "noc_bytes_per_inference": _bytes_of(prog, Opcode.SEND),
         "noc_dataflow": _noc_report(sg),
         "machine_bound_program": program_bound(prog, arch),
