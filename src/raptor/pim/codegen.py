@@ -100,7 +100,7 @@ def generate(
                     mats.append(matrix_index[key])
             bands = sg.bands.get(n.id, [(n.p0, n.p1)])
             # the node's own tokens go with its first and last band (after the prologue, which
-            # reads only constants), where the NoC message order (spatial/noc.py) expects them
+            # reads only constants), where the NoC message order (spatial/message_order.py) expects them
             before = [token_records(sg.band_before.get((n.id, i), [])) for i in range(len(bands))]
             after = [token_records(sg.band_after.get((n.id, i), [])) for i in range(len(bands))]
             before[0] = token_records(sg.tokens_before.get(n.id, [])) + before[0]

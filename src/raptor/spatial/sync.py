@@ -3,8 +3,8 @@
 Only host-memory data needs tokens. An edge the NoC dataflow carries (spatial/noc.py) is ordered
 by its send/recv rendezvous and needs none, also across pipeline rounds (a consumer receives round
 r+1's rows only after its own program restarted), so tokens guard what stays in host memory:
-buffers with a host reader (residuals, flattened or concatenated views, edges the NoC cannot
-carry), their lifetime across rounds (credits) and the restart of their writers.
+buffers with a host reader (residuals, flattened views, other edges the NoC cannot carry), their
+lifetime across rounds (credits) and the restart of their writers.
 
 Data tokens: for each host buffer B and each core C that reads B, every other core P that writes B
 executes `sync ev, C` after its last node writing B, and C executes `wait ev, |P|` before its first
@@ -28,8 +28,9 @@ Network inputs/outputs need no tokens (the simulator streams them per round); a 
 read on one core needs none (in-order issue). Row-group reduction trees (NoC send/recv) order
 themselves by rendezvous. Deadlock freedom: every core runs its nodes in topological layer order, data waits
 only point to earlier layers of the same round, and an end-of-round credit wait only needs reads
-of the same round (induction on round, then layer); with NoC edges, the message order of
-spatial/noc.py simulates these tokens too, so tokens and messages share one global order.
+of the same round (induction on round, then layer); with NoC edges, the message order
+(spatial/message_order.py) simulates these tokens too, so tokens and messages share one global
+order.
 """
 
 from __future__ import annotations
