@@ -24,6 +24,7 @@ from raptor.isa.pimdir import PimProgram, write_pimdir
 from raptor.isa.table import opcode_counts
 from raptor.options import CompileOptions
 from raptor.pim.deadlock import DeadlockReport, check_programs
+from raptor.spatial.ir import BufferRole
 
 # NoC edges returned to host memory after a failed deadlock check, at most this many times
 MAX_NOC_ROUNDS = 64
@@ -241,10 +242,17 @@ def _noc_report(sg) -> dict[str, Any] | None:
         return None
     return {
         "fed_units": len(plan.fed),
+        "residual_fed_nodes": len(plan.res_fed),
+        "mixed_nodes": len(plan.mixed),
+        "local_nodes": len(plan.local),
         "producer_layers": sorted(
             {sg.layers[s.layer].name for srcs in plan.sources.values() for s in srcs}
         ),
         "host_buffers": sorted(b for b in plan.host_buffers if b in sg.buffers),
+        # activations between layers still in host memory (spills and edges the NoC cannot carry)
+        "host_activation_buffers": sorted(
+            b for b in plan.host_buffers if b in sg.buffers and sg.buffers[b].role == BufferRole.ACT
+        ),
         "demoted_units": dict(plan.demoted),
         "message_order_estimated_ns": round(plan.estimated_ns, 1),
     }

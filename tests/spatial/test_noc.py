@@ -67,8 +67,8 @@ def test_noc_dataflow_values_and_traffic(mode, pipeline):
 
 
 def test_noc_with_residuals_and_row_groups_on_a_small_chip():
-    """arch-tiny forces row groups (NoC reduction trees) and several layers per core; residual
-    reads stay in host memory while the chain around them streams over the NoC."""
+    """arch-tiny forces row groups (NoC reduction trees) and several layers per core; the fused
+    residual adds receive their residual rows over the NoC too."""
     arch = load_arch(str(ARCH_TINY))
     model = toy_resnet(hw=16, c=48)
     for plan in (True, False):
@@ -76,6 +76,23 @@ def test_noc_with_residuals_and_row_groups_on_a_small_chip():
         res, rep, err = _values(model, arch, opts, 16)
         assert err <= 1e-3, plan
         assert check_programs(res.program.cores).ok
+        assert res.report["noc_dataflow"]["residual_fed_nodes"] > 0, plan
+
+
+@pytest.mark.parametrize("name,hw", [("vgg8", 16), ("resnet18", 32)])
+def test_latency_without_synchronization_when_every_edge_is_on_the_noc(name, hw):
+    """Every activation edge between cores travels over the NoC (window inputs, fused residuals
+    of resnet's 1x1 stride-2 shortcuts and blocks, the classifier's flattened feature map), so
+    host memory holds only the network input and output and constants; a latency program then
+    needs no synchronization tokens at all: compiled with --pim-disable-synchronization it still
+    computes what onnxruntime computes (the ablation's no-sync latency rows)."""
+    arch = load_arch("arch-a")
+    model = build_model(name, input_size=hw)
+    opts = CompileOptions(disable_synchronization=True)
+    res, _, err = _values(model, arch, opts, hw)
+    assert err <= 1e-3
+    assert res.report["noc_dataflow"]["host_activation_buffers"] == []
+    assert res.report["noc_dataflow"]["demoted_units"] == {}
 
 
 def test_fc_after_flatten_stays_in_host_memory():

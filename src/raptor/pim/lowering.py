@@ -609,14 +609,28 @@ def lower_mvm_lines(
         return noc.in_row_addr(node, iy) if fed else ring + (iy % kh) * row_bytes
 
     sender = last and noc is not None and bool(noc.targets.get(node.id))
+    res_fed = noc is not None and node.id in noc.res_fed
     out_at = partial(noc.out_row_addr, node) if sender else None
     comm = _messages(ctx, node, t_addr)
 
     def load_row(iy: int) -> list[np.ndarray]:
         loaded.add(iy)
-        if fed:  # received in the node's message slots
-            return []
+        if fed:  # received in the node's message slots, but a mixed node's own core's pieces
+            return own_pieces(ctx, node, iy, slot(iy) + pl * c * eb, t_addr)
         base = slot(iy) + (x0 + pl) * c * eb
+        if v.pixels == 1 and krow == c:  # a classifier's one pixel: only the node's K range
+            host = (v.channel_offset + node.r0) * eb
+            return [
+                _sldi(t_addr, base + node.r0 * eb),
+                make(
+                    Opcode.LD,
+                    rd=t_addr,
+                    r1=R_IN0,
+                    generic1=OFFSET_RS1,
+                    generic2=host,
+                    generic3=(node.r1 - node.r0) * eb,
+                ),
+            ]
         if v.contiguous:
             host = (v.channel_offset + (iy * v.width + x0) * v.pixel_stride) * eb
             return [
@@ -698,6 +712,7 @@ def lower_mvm_lines(
             eb,
             out_at(oy) if sender else None,
             ox,
+            noc.in_row_addr(node, oy, 1) if residual is not None and res_fed else None,
         )
         built = b.build()
         blocks += regs.flush() + [built]
@@ -706,6 +721,36 @@ def lower_mvm_lines(
         blocks += post
     blocks += comm(_end_slot(ctx, node, steps, bands))
     return concat(blocks)
+
+
+def own_pieces(ctx: LowerCtx, node: ComputeNode, iy: int, row: int, reg: int) -> list[np.ndarray]:
+    """ld the pieces of input row iy that a mixed NoC node's own core produced (stored in host
+    memory earlier in the core's program) into its received row at local address `row` (column
+    0 of the input, after the left padding)."""
+    noc = ctx.sg.noc
+    if node.id not in noc.mixed:
+        return []
+    eb = ctx.eb
+    v = ctx.sg.layers[node.layer].inputs[0]
+    c = v.channels
+    out = []
+    for core, a, b, si in noc.pieces(node, iy):
+        if core != node.core:
+            continue
+        src = noc.sources[node.layer][si]
+        if src.flat:  # producer pixels [a, b) of the one input pixel
+            cp = src.channels
+            xs, off, size = np.array([0]), a * cp, (b - a) * cp
+        elif src.channels == c and v.contiguous:
+            xs, off, size = np.array([a]), 0, (b - a) * c
+        else:
+            xs, off, size = np.arange(a, b, dtype=np.int64), src.dst, src.channels
+        host = (v.channel_offset + (iy * v.width + xs) * v.pixel_stride + off) * eb
+        blk = Block(len(xs))
+        blk.add(Opcode.SLDI, rd=reg, r2_or_imm=row + (xs * c + off) * eb)
+        blk.add(Opcode.LD, rd=reg, r1=R_IN0, generic1=OFFSET_RS1, generic2=host, generic3=size * eb)
+        out.append(blk.build())
+    return out
 
 
 def _chunks(start: int, total: int, limit: int = 1 << 20) -> list[tuple[int, int]]:
@@ -727,9 +772,11 @@ def _mvm_tail(
     eb,
     out_row=None,
     ox=None,
+    res_row=None,
 ):
-    """Row-group reduction, bias, fused residual, activation and store of an MVM lane block (into
-    the local output row at column ox when the node sends its rows over the NoC)."""
+    """Row-group reduction, bias, fused residual (from host memory, or from the local residual
+    row res_row at column ox when it arrives over the NoC), activation and store of an MVM lane
+    block (into the local output row at column ox when the node sends its rows over the NoC)."""
     cols = node.c1 - node.c0
     out = layer.output
     for src in srcs:
@@ -739,7 +786,11 @@ def _mvm_tail(
         b.add(Opcode.SEND, rd=regs.loc(ps_a, b), r2_or_imm=dst_core, generic3=cols * eb)
         return
     _vv(b, regs, Opcode.VVADD, ps_a, ps_a, bias, cols)
-    if residual is not None:
+    if residual is not None and res_row is not None:
+        ra = regs.loc(ps_a, b)
+        b.add(Opcode.SLDI, rd=T_DST, r2_or_imm=res_row + ox * cols * eb)
+        b.add(Opcode.VVADD, rd=ra, r1=ra, r2_or_imm=T_DST, generic3=cols)
+    elif residual is not None:
         rv = residual
         r_host = (rv.channel_offset + pixels * rv.pixel_stride + node.c0) * eb
         _ld(b, regs, ps_b, R_IN1, r_host, cols * eb)
@@ -995,7 +1046,8 @@ def lower_pool_lines(
             if iy in loaded:
                 continue
             loaded.add(iy)
-            if fed:  # received in the node's message slots
+            if fed:  # received in the node's message slots, but a mixed node's own pieces
+                blocks += own_pieces(ctx, node, iy, slot(iy), t_addr)
                 continue
             base = slot(iy) + x0 * c * eb
             if v.contiguous:

@@ -69,7 +69,8 @@ def node_steps(sg: SpatialGraph, n: ComputeNode) -> list[Step]:
 
 
 def step_need(sg: SpatialGraph, n: ComputeNode, s: Step) -> list[tuple[int, int]]:
-    """(input row, bit mask of its columns) that step s of a fed line-buffer node reads."""
+    """(input row, bit mask of its columns) of the window input that step s of a line-buffer
+    node reads."""
     ly = sg.layers[n.layer]
     v = ly.inputs[0]
     kh, kw = ly.kernel_shape
@@ -121,14 +122,18 @@ def _message(
     x1: int,
 ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """(address, bytes) of the sends on n's core and of the matching recvs on m's core that move
-    columns [x0, x1) of row r from producer n's output rows into fed node m's input row: one
-    message when whole pixels move, one per pixel for a channel slice."""
+    columns [x0, x1) of row r from producer n's output rows into fed node m's row of input
+    `src.input`: one message when whole pixels move, one per pixel for a channel slice."""
     eb = plan.element_bytes
     cp = sg.layers[n.layer].cols  # channels of a producer's output row pixel
-    cc = sg.layers[m.layer].inputs[0].channels  # channels of a consumer's input row pixel
+    cc = sg.layers[m.layer].inputs[src.input].channels  # channels of a consumer's row pixel
     out = plan.out_row_addr(n, r)
-    ring = plan.in_row_addr(m, r)
-    pad = plan.ring_pad[m.id]
+    cr, shift = plan.consumer_row(src, r)
+    ring = plan.in_row_addr(m, cr, src.input)
+    pad = plan.ring_pad[m.id] if src.input == 0 else 0
+    if src.flat:  # producer pixel p is channels [p*cp, (p+1)*cp) of the consumer's one pixel
+        size = (x1 - x0) * cp * eb
+        return [(out + x0 * cp * eb, size)], [(ring + (pad * cc + (shift + x0) * cp) * eb, size)]
     if src.channels == cp == cc:
         size = (x1 - x0) * cp * eb
         return [(out + x0 * cp * eb, size)], [(ring + (x0 + pad) * cc * eb, size)]
@@ -178,27 +183,48 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     cores = sorted(by_core)
     steps = {n.id: node_steps(sg, n) for ns in by_core.values() for n in ns}
     lane = {n.id: lane_ns(arch, sg.layers[n.layer], n) for n in sg.nodes}
-    # ring slots: rows a fed node loads, the previous row in the same slot, last step using it
-    need: dict[int, list[list[tuple[int, int]]]] = {}
-    prev_in_slot: dict[tuple[int, int], int] = {}
-    last_use: dict[tuple[int, int], int] = {}
+    # slots of the persistent rows a node receives (input 0: window rows, 1: residual rows): the
+    # rows each step reads, the previous row in the same slot, the last step using a row
+    need: dict[int, list[list[tuple[int, int, int]]]] = {}  # node -> step -> (input, row, mask)
+    prev_in_slot: dict[tuple[int, int, int], int] = {}
+    last_use: dict[tuple[int, int, int], int] = {}
     have: dict[tuple[int, int, int], int] = {}  # (node, row, source) -> received columns
-    want: dict[tuple[int, int], int] = {}  # (node, row) -> bit mask of the columns it reads
+    want: dict[tuple[int, int, int], int] = {}  # (node, input, row) -> columns it reads
+    srcs_of = {
+        (ci, k): [si for si, src in enumerate(srcs) if src.input == k]
+        for ci, srcs in plan.sources.items()
+        for k in (0, 1)
+    }
     for n in sg.nodes:
-        if not plan.is_fed(n):
+        ks = plan.receives(n)
+        if not ks:
             continue
-        kh = plan.ring_rows[n.id]
-        need[n.id] = [step_need(sg, n, s) for s in steps[n.id]]
-        seen: dict[int, int] = {}  # slot -> last row loaded there
+        w = sg.layers[n.layer].output.width
+        if n.layer in plan.flat:  # one step reading the producer pixels of its K range
+            a, b = plan.columns(n, 0, 0)
+            window = [[(0, 0, (1 << b) - (1 << a))] for _ in steps[n.id]]
+        else:
+            window = [[(0, r, mask) for r, mask in step_need(sg, n, s)] for s in steps[n.id]]
+        need[n.id] = [
+            (window[j] if 0 in ks else [])
+            + ([(1, s.oy, (1 << (s.pb - s.oy * w)) - (1 << (s.pa - s.oy * w)))] if 1 in ks else [])
+            for j, s in enumerate(steps[n.id])
+        ]
+        seen: dict[tuple[int, int], int] = {}  # (input, slot) -> last row loaded there
         for j, rows in enumerate(need[n.id]):
-            for r, mask in rows:
-                last_use[n.id, r] = j
-                want[n.id, r] = want.get((n.id, r), 0) | mask
-                if (n.id, r) not in prev_in_slot:
-                    prev_in_slot[n.id, r] = seen.get(r % kh, -1)
-                    seen[r % kh] = r
-                    for si in range(len(plan.sources[n.layer])):
+            for k, r, mask in rows:
+                last_use[n.id, k, r] = j
+                want[n.id, k, r] = want.get((n.id, k, r), 0) | mask
+                if (n.id, k, r) not in prev_in_slot:
+                    slot = (k, r % plan.slots(n, k))
+                    prev_in_slot[n.id, k, r] = seen.get(slot, -1)
+                    seen[slot] = r
+                    for si in srcs_of[n.layer, k]:
                         have[n.id, r, si] = 0
+                    if k == 0 and n.id in plan.mixed:  # its own core's pieces: from host memory
+                        for core, a, b, si in plan.pieces(n, r):
+                            if core == n.core:
+                                have[n.id, r, si] |= (1 << b) - (1 << a)
     trees: dict[Unit, list[ComputeNode]] = {}
     for n in sg.nodes:
         if n.kind == NodeKind.MVM and sg.layers[n.layer].row_groups > 1:
@@ -266,17 +292,24 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             return False
         if n.id not in need:
             return True
-        nsrc = range(len(plan.sources[n.layer]))
-        return all(have[n.id, r, si] & m == m for r, m in need[n.id][j] for si in nsrc)
+        return all(
+            have[n.id, r, si] & m == m for x, r, m in need[n.id][j] for si in srcs_of[n.layer, x]
+        )
 
-    def slot_free(m: ComputeNode, r: int) -> bool:
-        """The persistent slot of row r of fed node m holds no row m still reads."""
+    def slot_free(m: ComputeNode, x: int, r: int) -> bool:
+        """The persistent slot of row r of input x of node m holds no row m still reads."""
         d = m.core
         at = pos[m.id]
         if at < ni[d]:
             return False
-        p = prev_in_slot[m.id, r]
-        return p < 0 or (at == ni[d] and last_use[m.id, p] < k[d])
+        p = prev_in_slot[m.id, x, r]
+        return p < 0 or (at == ni[d] and last_use[m.id, x, p] < k[d])
+
+    def inp(m: ComputeNode, si: int) -> int:
+        return plan.sources[m.layer][si].input
+
+    def crow(m: ComputeNode, si: int, r: int) -> int:
+        return plan.consumer_row(plan.sources[m.layer][si], r)[0]
 
     def key(c: int) -> tuple[int, int]:
         """The message slot core c is in: after step k of its current node, or the end of its
@@ -298,14 +331,14 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         messages can be exchanged before half the step would be done: the peer would otherwise
         wait for the whole step (rendezvous)."""
         soon = INF
-        for mid, (_, m, r, _, _, _) in pending[c].items():
-            if slot_free(m, r):
+        for mid, (_, m, r, _, _, si) in pending[c].items():
+            if slot_free(m, inp(m, si), crow(m, si, r)):
                 when = max(t[c], t[m.core], now)
                 soon = min(soon, when)
                 push(when, "xchg", (c, m.core), mid)
         for p in inbound[c]:
-            for mid, (_, m, r, _, _, _) in pending[p].items():
-                if m.core == c and slot_free(m, r):
+            for mid, (_, m, r, _, _, si) in pending[p].items():
+                if m.core == c and slot_free(m, inp(m, si), crow(m, si, r)):
                     when = max(t[p], t[c], now)
                     soon = min(soon, when)
                     push(when, "xchg", (p, c), mid)
@@ -360,7 +393,9 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             w = plan.width[n.layer]
             seg = (1 << (s.pb - s.oy * w)) - (1 << (s.pa - s.oy * w))
             for m, si in plan.targets[n.id]:
-                for a, b in _runs(seg & want.get((m.id, s.oy), 0)):
+                cr, shift = plan.consumer_row(plan.sources[m.layer][si], s.oy)
+                for a, b in _runs((seg << shift) & want.get((m.id, inp(m, si), cr), 0)):
+                    a, b = a - shift, b - shift
                     pending[c][next(ids)] = (n, m, s.oy, a, b, si)
                     inbound[m.core].add(c)
                     woke.add(m.core)
@@ -391,7 +426,8 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             sends, recvs = _message(sg, plan, n, m, plan.sources[m.layer][si], r, x0, x1)
             comm.setdefault(key(p), []).extend(Comm(True, d, a, z) for a, z in sends)
             comm.setdefault(key(d), []).extend(Comm(False, p, a, z) for a, z in recvs)
-            have[m.id, r, si] |= (1 << x1) - (1 << x0)
+            cr, shift = plan.consumer_row(plan.sources[m.layer][si], r)
+            have[m.id, cr, si] |= (1 << (x1 + shift)) - (1 << (x0 + shift))
             size = sum(z for _, z in sends)
             t[p] = t[d] = when + (flits(arch, size) + len(sends) - 1) * link_latency_ns(arch, p, d)
             if not any(msg[1].core == d for msg in pending[p].values()):
@@ -417,8 +453,9 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             pairs = {
                 (p, n.core)
                 for n in sg.nodes
-                if n.core in stuck and plan.is_fed(n)
-                for p in plan.fed_by(n)
+                if n.core in stuck
+                for x in plan.receives(n)
+                for p in plan.fed_by(n, x)
             }
         raise OrderStuck(pairs)
     plan.estimated_ns = max(t.values(), default=0.0)

@@ -60,11 +60,7 @@ def unit_of(n: ComputeNode) -> Unit:
 def mvm_lines_ok(layer: Layer) -> bool:
     """Geometry that the line-buffer MVM lowering handles."""
     v = layer.inputs[0]
-    kh, kw = layer.kernel_shape
-    sh, sw = layer.strides
-    return layer.kind == LayerKind.GEMM and not (
-        v.chw is not None or v.pixels <= 1 or sw > kw or sh > kh
-    )
+    return layer.kind == LayerKind.GEMM and v.chw is None
 
 
 def pool_lines_ok(layer: Layer) -> bool:
@@ -91,8 +87,16 @@ class NocPlan:
     """Fed consumer units and the message geometry that both sides of an edge lower."""
 
     fed: set[Unit] = field(default_factory=set)
+    res_fed: set[int] = field(default_factory=set)  # root MVM nodes whose residual comes by NoC
+    # nodes of a fed unit whose every input piece comes from their own core: they load it from
+    # host memory after their producer stored it (program order, no token); `mixed`: fed nodes
+    # that load their own core's pieces that way and receive the rest
+    local: set[int] = field(default_factory=set)
+    mixed: set[int] = field(default_factory=set)
     sources: dict[int, list[Source]] = field(default_factory=dict)  # consumer layer -> sources
     width: dict[int, int] = field(default_factory=dict)  # producer layer -> output row width
+    width_out: dict[int, int] = field(default_factory=dict)  # consumer layer -> output width
+    flat: dict[int, int] = field(default_factory=dict)  # flatten consumer layer -> channels/pixel
     producers: dict[int, list[ComputeNode]] = field(default_factory=dict)  # root nodes by p0
     rows: dict[int, tuple[list[int], int, int]] = field(default_factory=dict)  # input_rows
     # producer node id -> (fed consumer node, index of the source in its layer's sources)
@@ -101,6 +105,7 @@ class NocPlan:
     host_buffers: set[str] = field(default_factory=set)  # activation buffers with a host reader
     ring_rows: dict[int, int] = field(default_factory=dict)  # fed node -> input row slots
     out_rows: dict[int, int] = field(default_factory=dict)  # producer node -> output row slots
+    res_rows: dict[int, int] = field(default_factory=dict)  # residual-fed node -> row slots
     element_bytes: int = 2
     local_bytes: int = 1 << 20  # a core's local memory
     # persistent per-core NoC buffers at the top of local memory (`_layout`): a fed node's input
@@ -110,6 +115,8 @@ class NocPlan:
     ring_row_bytes: dict[int, int] = field(default_factory=dict)
     ring_pad: dict[int, int] = field(default_factory=dict)  # left padding columns of the row
     out_base: dict[int, int] = field(default_factory=dict)
+    res_base: dict[int, int] = field(default_factory=dict)
+    res_row_bytes: dict[int, int] = field(default_factory=dict)
     out_row_bytes: dict[int, int] = field(default_factory=dict)
     persist: dict[int, int] = field(default_factory=dict)  # core -> bytes reserved
     comm: dict[tuple[int, int], list] = field(default_factory=dict)  # order_messages
@@ -118,18 +125,44 @@ class NocPlan:
     demoted: dict[str, int] = field(default_factory=dict)  # units sent back to host, by reason
 
     def is_fed(self, n: ComputeNode) -> bool:
-        return unit_of(n) in self.fed
+        """n's window input arrives over the NoC."""
+        return unit_of(n) in self.fed and n.id not in self.local
 
     def uses_lines(self, n: ComputeNode) -> bool:
-        """n's unit is fed or sends rows, so it must be lowered over line buffers."""
+        """n's unit is fed or sends rows, or n receives its residual, so it must be lowered over
+        line buffers."""
         u = unit_of(n)
-        return u in self.fed or u in self.senders
+        return u in self.fed or u in self.senders or n.id in self.res_fed
 
-    def pieces(self, m: ComputeNode, iy: int) -> list[tuple[int, int, int, int]]:
-        """(producer core, x0, x1, source) segments of input row iy that fed node m receives."""
-        _, x0, x1 = self.rows[m.id]
+    def receives(self, n: ComputeNode) -> tuple[int, ...]:
+        """The inputs of node n that arrive over the NoC (0 the window, 1 the residual)."""
+        return tuple(k for k, on in ((0, self.is_fed(n)), (1, n.id in self.res_fed)) if on)
+
+    def columns(self, m: ComputeNode, k: int, iy: int) -> tuple[int, int]:
+        """Columns [x0, x1) of row iy of input k that node m reads: the window's column span, or
+        the node's output pixels in row iy for the residual (same pixel geometry as the output)."""
+        if k == 0 and m.layer in self.flat:  # producer pixels holding the node's K range
+            c = self.flat[m.layer]
+            return m.r0 // c, (m.r1 - 1) // c + 1
+        if k == 0:
+            return self.rows[m.id][1], self.rows[m.id][2]
+        w = self.width_out[m.layer]
+        return max(m.p0, iy * w) - iy * w, min(m.p1, (iy + 1) * w) - iy * w
+
+    def input_rows(self, m: ComputeNode, k: int) -> list[int]:
+        """Rows of input k that node m reads, in first-use order."""
+        if k == 0:
+            return self.rows[m.id][0]
+        w = self.width_out[m.layer]
+        return list(range(m.p0 // w, (m.p1 - 1) // w + 1))
+
+    def pieces(self, m: ComputeNode, iy: int, k: int = 0) -> list[tuple[int, int, int, int]]:
+        """(producer core, x0, x1, source) segments of row iy of input k that node m receives."""
+        x0, x1 = self.columns(m, k, iy)
         out = []
         for si, src in enumerate(self.sources[m.layer]):
+            if src.input != k:
+                continue
             w = self.width[src.layer]
             lo, hi = iy * w + x0, iy * w + x1
             for n in self.producers[src.layer]:
@@ -138,9 +171,20 @@ class NocPlan:
                     out.append((n.core, a - iy * w, b - iy * w, si))
         return out
 
-    def in_row_addr(self, m: ComputeNode, r: int) -> int:
-        """Local address of the persistent slot holding input row r of fed node m."""
+    def consumer_row(self, src: Source, r: int) -> tuple[int, int]:
+        """(consumer row, column shift) of producer row r of `src`: the same row, or row 0 with
+        columns shifted to producer pixel indices for a flat source."""
+        return (0, r * self.width[src.layer]) if src.flat else (r, 0)
+
+    def in_row_addr(self, m: ComputeNode, r: int, k: int = 0) -> int:
+        """Local address of the persistent slot holding row r of input k of node m."""
+        if k == 1:
+            return self.res_base[m.id] + (r % self.res_rows[m.id]) * self.res_row_bytes[m.id]
         return self.ring_base[m.id] + (r % self.ring_rows[m.id]) * self.ring_row_bytes[m.id]
+
+    def slots(self, m: ComputeNode, k: int) -> int:
+        """Row slots of node m's persistent buffer of input k."""
+        return self.res_rows[m.id] if k == 1 else self.ring_rows[m.id]
 
     def out_row_addr(self, n: ComputeNode, oy: int) -> int:
         """Local address of the persistent slot holding output row oy of producer n."""
@@ -148,21 +192,27 @@ class NocPlan:
         slot = (oy - first) % self.out_rows[n.id]
         return self.out_base[n.id] + slot * self.out_row_bytes[n.id]
 
-    def fed_by(self, m: ComputeNode) -> set[int]:
-        """Producer cores of a fed consumer node."""
-        return {p[0] for iy in self.rows[m.id][0] for p in self.pieces(m, iy)}
+    def fed_by(self, m: ComputeNode, k: int = 0) -> set[int]:
+        """Producer cores of input k of a consumer node."""
+        return {p[0] for iy in self.input_rows(m, k) for p in self.pieces(m, iy, k)}
 
 
 @dataclass(frozen=True, slots=True)
 class Source:
     """Channels [c0, c0 + channels) of producer `layer`'s output rows are channels
     [dst, dst + channels) of a consumer's input pixel (the whole pixel on both sides for a plain
-    edge; a channel slice for a concat slot or a merged sibling's view)."""
+    edge; a channel slice for a concat slot or a merged sibling's view): of its window input, or
+    of its fused residual (`input` 1), whose pixels are the consumer's output pixels. A `flat`
+    source is a classifier reading the producer's whole H x W x C output as one pixel of H*W*C
+    channels: producer pixel p is channels [p*C, (p+1)*C) of it, and messages address the
+    consumer's row 0 by producer pixel index (`NocPlan.consumer_row`)."""
 
     layer: int
     c0: int
     dst: int
     channels: int
+    input: int = 0  # the consumer input it feeds: 0 the window input, 1 a fused residual
+    flat: bool = False  # the consumer reads the producer's whole output as one pixel (flatten)
 
 
 def noc_edges(sg: SpatialGraph) -> dict[int, list[Source]]:
@@ -185,15 +235,29 @@ def noc_edges(sg: SpatialGraph) -> dict[int, list[Source]]:
             return mvm_lines_ok(lp) and lp.index not in sliced
         return pool_lines_ok(lp)
 
-    out = {}
-    for lc in sg.layers:
-        v = lc.inputs[0]
-        if not (mvm_lines_ok(lc) or pool_lines_ok(lc)) or v.chw is not None:
-            continue
-        if sg.buffers[v.buffer].role not in (BufferRole.ACT, BufferRole.OUTPUT):
-            continue
+    def sources(lc: Layer, k: int) -> list[Source]:
+        """Producers of every channel of input k of lc, or [] when one cannot send it."""
+        v = lc.inputs[k]
+        if v.chw is not None or sg.buffers[v.buffer].role not in (
+            BufferRole.ACT,
+            BufferRole.OUTPUT,
+        ):
+            return []
         srcs, covered = [], 0
-        for lp in writers.get(v.buffer, []):
+        lps = writers.get(v.buffer, [])
+        if k == 0 and v.pixels == 1 and len(lps) == 1 and lps[0].index < lc.index:
+            o = lps[0].output  # a classifier reading a whole feature map (flatten)
+            whole = (o.channel_offset, o.pixel_stride, o.chw, v.channel_offset) == (
+                0,
+                o.channels,
+                None,
+                0,
+            )
+            if o.pixels > 1 and whole and o.pixels * o.channels == v.channels:
+                if not producer_ok(lps[0]):
+                    return []
+                return [Source(lps[0].index, 0, 0, o.channels, 0, True)]
+        for lp in lps:
             o = lp.output
             lo = max(v.channel_offset, o.channel_offset)
             hi = min(v.channel_offset + v.channels, o.channel_offset + o.channels)
@@ -206,12 +270,20 @@ def noc_edges(sg: SpatialGraph) -> dict[int, list[Source]]:
                 None,
             )
             if not same or lp.index >= lc.index or not producer_ok(lp):
-                break
-            srcs.append(Source(lp.index, lo - o.channel_offset, lo - v.channel_offset, hi - lo))
+                return []
+            srcs.append(Source(lp.index, lo - o.channel_offset, lo - v.channel_offset, hi - lo, k))
             covered += hi - lo
-        else:
-            if srcs and covered == v.channels:
-                out[lc.index] = srcs
+        return srcs if covered == v.channels else []
+
+    out = {}
+    for lc in sg.layers:
+        if not (mvm_lines_ok(lc) or pool_lines_ok(lc)):
+            continue
+        srcs = sources(lc, 0)
+        if lc.kind == LayerKind.GEMM and len(lc.inputs) > 1:
+            srcs += sources(lc, 1)
+        if srcs:
+            out[lc.index] = srcs
     return out
 
 
@@ -232,16 +304,28 @@ def plan_noc(sg: SpatialGraph, element_bytes: int, local_bytes: int = 1 << 20) -
                 roots = list(by_layer.get(lp.index, []))
             plan.width[lp.index] = lp.output.width
             plan.producers[lp.index] = sorted(roots, key=lambda n: n.p0)
+        plan.width_out[ci] = lc.output.width
+        if srcs[0].flat:
+            plan.flat[ci] = srcs[0].channels
         units: dict[Unit, list[ComputeNode]] = {}
         for m in by_layer.get(lc.index, []):
             plan.rows[m.id] = input_rows(sg, m)
             units.setdefault(unit_of(m), []).append(m)
         for u, ms in units.items():
-            cores = {c for m in ms for c in plan.fed_by(m)}
-            if cores and not any(m.core in cores for m in ms):
+            by = {m.id: plan.fed_by(m) for m in ms}
+            if any(by[m.id] - {m.core} for m in ms):
                 plan.fed.add(u)
+                plan.local |= {m.id for m in ms if by[m.id] == {m.core}}
+                plan.mixed |= {m.id for m in ms if m.core in by[m.id] and len(by[m.id]) > 1}
+        for m in by_layer.get(lc.index, []):
+            # the root row group adds the residual; a column slice would need channel messages
+            if m.kind != NodeKind.MVM or m.row_group or (m.c0, m.c1) != (0, lc.cols):
+                continue
+            cores = plan.fed_by(m, 1)
+            if cores and m.core not in cores:
+                plan.res_fed.add(m.id)
             elif cores:
-                plan.demoted["same core"] = plan.demoted.get("same core", 0) + 1
+                plan.demoted["same core residual"] = plan.demoted.get("same core residual", 0) + 1
     _derive(sg, plan)
     return plan
 
@@ -250,22 +334,27 @@ def demote_pairs(sg: SpatialGraph, plan: NocPlan, pairs: set[tuple[int, int]], w
     """Return to host memory every fed unit with a node on core C fed by core P, for (P, C) in
     `pairs`; returns how many units were demoted."""
     gone: set[Unit] = set()
+    res: set[int] = set()
     for m in sg.nodes:
         u = unit_of(m)
         if u in plan.fed and u not in gone and any((p, m.core) in pairs for p in plan.fed_by(m)):
             gone.add(u)
+        if m.id in plan.res_fed and any((p, m.core) in pairs for p in plan.fed_by(m, 1)):
+            res.add(m.id)
     plan.fed -= gone
-    if gone:
-        plan.demoted[why] = plan.demoted.get(why, 0) + len(gone)
+    plan.res_fed -= res
+    if gone or res:
+        plan.demoted[why] = plan.demoted.get(why, 0) + len(gone) + len(res)
         _derive(sg, plan)
-    return len(gone)
+    return len(gone) + len(res)
 
 
 # local memory a NoC node may spend on received input rows (else a ring of kernel-height rows) and
 # on output rows waiting to be sent (else one row)
 RING_BYTES = 512 * 1024
 OUT_BYTES = 192 * 1024
-PERSIST_SHARE = 0.6  # at most this share of a core's local memory holds persistent NoC buffers
+PERSIST_SHARE = 0.6
+RES_RING = 2  # residual row slots of a residual-fed node whose rows do not all fit  # at most this share of a core's local memory holds persistent NoC buffers
 
 
 def _derive(sg: SpatialGraph, plan: NocPlan) -> None:
@@ -273,11 +362,14 @@ def _derive(sg: SpatialGraph, plan: NocPlan) -> None:
     from `plan.fed`; fed units that do not fit their core's buffer share go back to host."""
     while True:
         _targets(sg, plan)
-        over = _layout(sg, plan)
-        if not over:
+        over, over_res = _layout(sg, plan)
+        if not over and not over_res:
             break
         plan.fed -= over
-        plan.demoted["local memory"] = plan.demoted.get("local memory", 0) + len(over)
+        plan.res_fed -= over_res
+        plan.demoted["local memory"] = (
+            plan.demoted.get("local memory", 0) + len(over) + len(over_res)
+        )
     host: set[str] = set()
     for n in sg.nodes:
         for _, v in host_views(sg, n, plan):
@@ -290,34 +382,47 @@ def _targets(sg: SpatialGraph, plan: NocPlan) -> None:
     plan.targets = {}
     order = {n.id: i for nodes in sg.nodes_by_core().values() for i, n in enumerate(nodes)}
     fed_nodes = sorted(
-        (m for m in sg.nodes if unit_of(m) in plan.fed), key=lambda m: (m.core, order[m.id])
+        (m for m in sg.nodes if plan.receives(m)), key=lambda m: (m.core, order[m.id])
     )
     for m in fed_nodes:
-        rows, x0, x1 = plan.rows[m.id]
+        ks = plan.receives(m)
         for si, src in enumerate(plan.sources[m.layer]):
+            if src.input not in ks:
+                continue
             w = plan.width[src.layer]
+            rows = plan.input_rows(m, src.input)
             for n in plan.producers[src.layer]:
-                if any(max(iy * w + x0, n.p0) < min(iy * w + x1, n.p1) for iy in rows):
-                    plan.targets.setdefault(n.id, []).append((m, si))
+                if n.core == m.core:  # a mixed node loads these from host memory
+                    continue
+                for iy in rows:
+                    x0, x1 = plan.columns(m, src.input, iy)
+                    if max(iy * w + x0, n.p0) < min(iy * w + x1, n.p1):
+                        plan.targets.setdefault(n.id, []).append((m, si))
+                        break
     plan.senders = {
         unit_of(n) for ns in plan.producers.values() for n in ns if n.id in plan.targets
     }
 
 
-def _layout(sg: SpatialGraph, plan: NocPlan) -> set[Unit]:
+def _layout(sg: SpatialGraph, plan: NocPlan) -> tuple[set[Unit], set[int]]:
     """Place every core's persistent NoC buffers from the top of its local memory: all input rows
-    of a fed node when they fit RING_BYTES (else a ring of kernel-height rows), up to OUT_BYTES of
-    a producer's output rows. A core over its PERSIST_SHARE first falls back to rings and single
-    output rows; returns the fed units that still do not fit (largest first, one per core)."""
+    of a fed node when they fit RING_BYTES (else a ring of kernel-height rows), all residual rows
+    of a residual-fed node when they fit (else RES_RING rows), up to OUT_BYTES of a producer's
+    output rows. A core over its PERSIST_SHARE first falls back to rings and single output rows;
+    returns the fed units and residual-fed nodes that still do not fit (the largest buffer, one
+    per core)."""
     eb = plan.element_bytes
     limit = int(plan.local_bytes * PERSIST_SHARE)
     plan.ring_rows, plan.ring_base, plan.ring_row_bytes, plan.ring_pad = {}, {}, {}, {}
     plan.out_rows, plan.out_base, plan.out_row_bytes, plan.persist = {}, {}, {}, {}
+    plan.res_rows, plan.res_base, plan.res_row_bytes = {}, {}, {}
     over: set[Unit] = set()
+    over_res: set[int] = set()
     for core, nodes in sg.nodes_by_core().items():
-        fed = [m for m in nodes if unit_of(m) in plan.fed]
+        fed = [m for m in nodes if plan.is_fed(m)]
+        res = [m for m in nodes if m.id in plan.res_fed]
         send = [n for n in nodes if n.id in plan.targets]
-        if not fed and not send:
+        if not fed and not send and not res:
             continue
         ring: dict[int, tuple[int, int, int]] = {}  # id -> (full rows, kernel rows, row bytes)
         for m in fed:
@@ -337,23 +442,44 @@ def _layout(sg: SpatialGraph, plan: NocPlan) -> set[Unit]:
             rb = w * sg.layers[n.layer].cols * eb
             outs[n.id] = (max(1, min(rows, OUT_BYTES // rb)), rb)
             plan.out_row_bytes[n.id] = rb
+        rres: dict[int, tuple[int, int, int]] = {}  # id -> (all rows, ring rows, row bytes)
+        for m in res:
+            ly = sg.layers[m.layer]
+            w = ly.output.width
+            span = (m.p1 - 1) // w - m.p0 // w + 1
+            rb = w * ly.inputs[1].channels * eb
+            full = span if span * rb <= RING_BYTES else min(span, RES_RING)
+            rres[m.id] = (full, min(full, RES_RING), rb)
+            plan.res_row_bytes[m.id] = rb
         slots = {i: full for i, (full, _, _) in ring.items()}
+        rslots = {i: full for i, (full, _, _) in rres.items()}
         outn = {i: r for i, (r, _) in outs.items()}
 
-        def total(slots=slots, outn=outn, ring=ring, outs=outs) -> int:
+        def total(slots=slots, rslots=rslots, outn=outn, ring=ring, rres=rres, outs=outs) -> int:
             rings = sum(k * ring[i][2] for i, k in slots.items())
+            rings += sum(k * rres[i][2] for i, k in rslots.items())
             return rings + sum(k * outs[i][1] for i, k in outn.items())
 
         for i in sorted(ring, key=lambda i: -ring[i][0] * ring[i][2]):
             if total() <= limit:
                 break
             slots[i] = ring[i][1]
+        for i in sorted(rres, key=lambda i: -rres[i][0] * rres[i][2]):
+            if total() <= limit:
+                break
+            rslots[i] = rres[i][1]
         for i in outn:
             if total() > limit:
                 outn[i] = 1
         if total() > limit:
             big = max(fed, key=lambda m: slots[m.id] * ring[m.id][2], default=None)
-            if big is not None:
+            big_r = max(res, key=lambda m: rslots[m.id] * rres[m.id][2], default=None)
+            if big_r is not None and (
+                big is None
+                or rslots[big_r.id] * rres[big_r.id][2] > slots[big.id] * ring[big.id][2]
+            ):
+                over_res.add(big_r.id)
+            elif big is not None:
                 over.add(unit_of(big))
             continue
         top = plan.local_bytes
@@ -362,21 +488,27 @@ def _layout(sg: SpatialGraph, plan: NocPlan) -> set[Unit]:
                 top -= slots[n.id] * ring[n.id][2]
                 plan.ring_base[n.id] = top
                 plan.ring_rows[n.id] = slots[n.id]
+            if n.id in rslots:
+                top -= rslots[n.id] * rres[n.id][2]
+                plan.res_base[n.id] = top
+                plan.res_rows[n.id] = rslots[n.id]
             if n.id in outn:
                 top -= outn[n.id] * outs[n.id][1]
                 plan.out_base[n.id] = top
                 plan.out_rows[n.id] = outn[n.id]
         plan.persist[core] = plan.local_bytes - top
-    return over
+    return over, over_res
 
 
 def host_views(sg: SpatialGraph, n: ComputeNode, plan: NocPlan | None) -> list[tuple[int, object]]:
     """(input index, view) of what node n reads from host memory: a non-root row group reads only
-    the window input; a fed unit's window input arrives over the NoC."""
+    the window input; a fed unit's window input and a residual-fed node's residual arrive over
+    the NoC (a mixed node still loads its own core's pieces of the window input)."""
     ly = sg.layers[n.layer]
     ks = [0] if (n.kind == NodeKind.MVM and n.row_group > 0) else range(len(ly.inputs))
-    fed = plan is not None and plan.is_fed(n)
-    return [(k, ly.inputs[k]) for k in ks if not (k == 0 and fed)]
+    noc = plan.receives(n) if plan is not None else ()
+    mixed = plan is not None and n.id in plan.mixed
+    return [(k, ly.inputs[k]) for k in ks if k not in noc or (k == 0 and mixed)]
 
 
 @dataclass(frozen=True)
