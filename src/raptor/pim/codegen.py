@@ -18,7 +18,9 @@ from raptor.errors import PassFailedError
 from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram
 from raptor.isa.table import concat, make
-from raptor.pim.lowering import LowerCtx, lower_node_bands, noc_prologue
+from raptor.pim.lowering import lower_node_bands
+from raptor.pim.lowering_ctx import LowerCtx
+from raptor.pim.lowering_noc import noc_prologue
 from raptor.spatial.ir import BufferRole, NodeKind, SpatialGraph, SyncToken
 from raptor.spatial.tiling import row_tiles
 

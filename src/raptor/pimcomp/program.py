@@ -1,7 +1,7 @@
 """What both PIMCOMP schedules share: the plan (layers, host layout, mapped AGs), keyed
 instruction blocks merged into one program order per core, and the per-core AG/weight tables.
 
-A schedule emits `Block`s (raptor.pim.lowering: one instruction template over lanes) together with
+A schedule emits `Block`s (raptor.pim.emit: one instruction template over lanes) together with
 an int64 sort key per lane; `KeyedStream.build` orders all records by key with a stable sort, so
 each lane's instructions stay contiguous and blocks built separately (AGs, padding classes,
 replicas) interleave in instruction-group order without a Python object per instruction.
@@ -15,7 +15,7 @@ import numpy as np
 
 from raptor.arch import Arch
 from raptor.isa.table import concat, make
-from raptor.pim.lowering import Block
+from raptor.pim.emit import Block
 from raptor.pimcomp.partition import ArrayGroup
 from raptor.spatial.ir import Layer, SpatialGraph
 from raptor.spatial.tiling import split_range

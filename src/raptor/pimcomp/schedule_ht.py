@@ -24,24 +24,23 @@ import numpy as np
 
 from raptor.isa.opcodes import OFFSET_RD, Opcode
 from raptor.pim.codegen import token_records
-from raptor.pim.lowering import (
+from raptor.pim.emit import (
     R_CONST,
     R_IN0,
     R_OUT,
     R_ZERO,
     TEMPS,
     Block,
-    LowerCtx,
     Regs,
     emit_activation,
     emit_ld,
     emit_st,
     emit_vv,
-    lower_node,
-    window_segments,
-    zero_runs,
 )
+from raptor.pim.lowering import lower_node
+from raptor.pim.lowering_ctx import LowerCtx
 from raptor.pim.memalloc import LocalAllocator
+from raptor.pim.window import window_segments, zero_runs
 from raptor.pimcomp.partition import ArrayGroup
 from raptor.pimcomp.program import KeyedStream, Plan, lane_key
 from raptor.spatial.geometry import window_classes

@@ -32,7 +32,7 @@ import numpy as np
 from raptor.errors import UnsupportedOpError
 from raptor.isa.opcodes import OFFSET_RD, OFFSET_RS1, Opcode
 from raptor.isa.table import make
-from raptor.pim.lowering import (
+from raptor.pim.emit import (
     R_CONST,
     R_OUT,
     R_ZERO,
@@ -41,9 +41,8 @@ from raptor.pim.lowering import (
     Regs,
     emit_activation,
     emit_vv,
-    window_segments,
-    zero_runs,
 )
+from raptor.pim.window import window_segments, zero_runs
 from raptor.pimcomp.memory import PROLOGUE, Site, TimedAllocator, row_slots
 from raptor.pimcomp.program import KeyedStream, Plan
 from raptor.spatial.geometry import pool_counts, window_classes
