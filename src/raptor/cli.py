@@ -77,6 +77,8 @@ def _compile_options(args: argparse.Namespace):
         disable_synchronization=args.pim_disable_synchronization,
         disable_spatial_planning=args.pim_disable_spatial_planning,
         disable_noc_dataflow=args.pim_disable_noc_dataflow,
+        disable_sibling_merge=args.pim_disable_sibling_merge,
+        disable_line_buffer=args.pim_disable_line_buffer,
         compiler=args.compiler,
         replication=args.replication,
     )
@@ -84,15 +86,14 @@ def _compile_options(args: argparse.Namespace):
 
 def _cmd_compile(args: argparse.Namespace) -> int:
     from raptor.arch import load_arch
-    from raptor.compiler import compile_to_dir
+    from raptor.compiler import compile_to_dir, format_passes
 
+    opts = _compile_options(args)
     report = compile_to_dir(
-        args.model,
-        load_arch(args.arch),
-        _compile_options(args),
-        args.out,
-        emit_json=args.pim_emit_json,
+        args.model, load_arch(args.arch), opts, args.out, emit_json=args.pim_emit_json
     )
+    if args.print_passes:
+        print(format_passes(opts, report["pass_time_s"]))
     print(
         f"wrote {Path(args.out) / 'pim'}: {report['cores_used']} cores, "
         f"{report['crossbars_used']} crossbars, {report['instructions_total']} instructions"
@@ -330,6 +331,22 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Raptor: pass every activation through host memory instead of core to core over "
         "the NoC (default: off)",
+    )
+    cp.add_argument(
+        "--pim-disable-sibling-merge",
+        action="store_true",
+        help="Raptor: keep GEMM layers that read the same input apart (default: off)",
+    )
+    cp.add_argument(
+        "--pim-disable-line-buffer",
+        action="store_true",
+        help="Raptor: load every window per pixel, line buffers only where the NoC dataflow "
+        "needs them (default: off)",
+    )
+    cp.add_argument(
+        "--print-passes",
+        action="store_true",
+        help="print the compiler's pass list and the time of each pass (default: off)",
     )
     cp.set_defaults(func=_cmd_compile)
 

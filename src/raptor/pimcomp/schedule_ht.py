@@ -42,7 +42,7 @@ from raptor.pim.lowering_ctx import LowerCtx
 from raptor.pim.memalloc import LocalAllocator
 from raptor.pim.window import window_segments, zero_runs
 from raptor.pimcomp.partition import ArrayGroup
-from raptor.pimcomp.program import KeyedStream, Plan, lane_key
+from raptor.pimcomp.program import KeyedStream, Plan, finish_core, lane_key, synchronize
 from raptor.spatial.geometry import window_classes
 from raptor.spatial.ir import ComputeNode, LayerKind, NodeKind
 from raptor.spatial.tiling import split_range
@@ -207,7 +207,6 @@ def lower(plan: Plan, node: ComputeNode) -> tuple[np.ndarray, int]:
 
 def schedule_ht(plan: Plan, opts) -> tuple[list[np.ndarray], dict]:
     """Per-core streams of the HT schedule and their statistics."""
-    from raptor.pimcomp import finish_core, synchronize
 
     arch = plan.arch
     g = gemm_nodes(plan)
@@ -235,5 +234,5 @@ def schedule_ht(plan: Plan, opts) -> tuple[list[np.ndarray], dict]:
         "layer_spans": spans,
         "local_memory_peak_bytes": peak,
         "nodes_per_core": count,
-        "event_registers": sg.notes.get("event_registers", 0),
+        "event_registers": sg.notes.event_registers,
     }

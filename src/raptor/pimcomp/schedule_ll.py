@@ -44,7 +44,7 @@ from raptor.pim.emit import (
 )
 from raptor.pim.window import window_segments, zero_runs
 from raptor.pimcomp.memory import PROLOGUE, Site, TimedAllocator, row_slots
-from raptor.pimcomp.program import KeyedStream, Plan
+from raptor.pimcomp.program import KeyedStream, Plan, finish_core
 from raptor.spatial.geometry import pool_counts, window_classes
 from raptor.spatial.ir import BufferRole, Layer, LayerKind, TensorView
 
@@ -612,7 +612,6 @@ class _LL:
 
 def schedule_ll(plan: Plan, opts) -> tuple[list[np.ndarray], dict]:
     """Per-core streams of the LL schedule and their statistics."""
-    from raptor.pimcomp import finish_core
 
     ll = _LL(plan)
     for ly in plan.sg.layers:

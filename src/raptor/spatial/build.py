@@ -14,7 +14,16 @@ import numpy as np
 from raptor.errors import UnsupportedOpError
 from raptor.frontend.graph import Graph, Node
 from raptor.spatial.build_tensor import TensorOps
-from raptor.spatial.ir import Buffer, BufferRole, Layer, LayerKind, SpatialGraph, TensorView
+from raptor.spatial.ir import (
+    Buffer,
+    BufferRole,
+    DepthwiseGroup,
+    Layer,
+    LayerKind,
+    SpatialGraph,
+    SpatialNotes,
+    TensorView,
+)
 
 ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid"}
 
@@ -103,8 +112,7 @@ def build_spatial(graph: Graph, element_bytes: int = 2, xbar_rows: int = 128) ->
         layers.append(Layer(len(layers), n.name, kind, ins, out_view(n.outputs[0]), **kw))
 
     tb = TensorOps(graph, buffers, views, layers, consts, new_buffer, out_view, root, element_bytes)
-    notes: dict[str, object] = {}
-    dw_stats: dict = {"convs": 0, "groups": []}
+    depthwise: list[DepthwiseGroup] = []
 
     for n in graph.nodes:
         op = n.op
@@ -185,8 +193,7 @@ def build_spatial(graph: Graph, element_bytes: int = 2, xbar_rows: int = 128) ->
                 packed = _depthwise_layers(
                     n, src, out, bias, common, layers, consts, new_buffer, xbar_rows
                 )
-                dw_stats["convs"] += 1
-                dw_stats["groups"].append(packed)
+                depthwise.append(packed)
                 continue
             wm = np.ascontiguousarray(
                 w.transpose(2, 3, 1, 0).reshape(kh * kw * cin, cout), dtype=np.float32
@@ -250,11 +257,8 @@ def build_spatial(graph: Graph, element_bytes: int = 2, xbar_rows: int = 128) ->
             raise UnsupportedOpError(
                 f"node {n.name}: op {op} is not supported by the Raptor compiler"
             )
-    if dw_stats["convs"]:
-        notes["depthwise"] = dw_stats
     for t in graph.outputs:
         tb.finish_output(t)
-    notes["tensor_views"] = tb.tensor_views()
 
     inputs = [(t, views[t].buffer, tuple(shapes[t])) for t in graph.inputs]
     outputs = []
@@ -264,13 +268,13 @@ def build_spatial(graph: Graph, element_bytes: int = 2, xbar_rows: int = 128) ->
             raise UnsupportedOpError(f"graph output {t!r} is a slice of another buffer")
         outputs.append((t, v.buffer, tuple(shapes[t])))
     sg = SpatialGraph(graph.name, layers, buffers, inputs, outputs, const_values=consts)
-    sg.notes = notes
+    sg.notes = SpatialNotes(depthwise=tuple(depthwise), tensor_views=tb.tensor_views())
     return sg
 
 
 def _depthwise_layers(
     n: Node, src, out, bias, common, layers, consts, new_buffer, xbar_rows: int
-) -> dict:
+) -> DepthwiseGroup:
     """A depthwise Conv packed block-diagonally: groups of `per` channels (per = floor(xbar_rows /
     (kh*kw))) share one crossbar row block; each group is one GEMM layer over its channel slice
     whose (kh*kw*per x per) weight is zero outside the diagonal blocks."""
@@ -306,4 +310,4 @@ def _depthwise_layers(
                 **common,
             )
         )
-    return {"name": n.name, "channels": c, "kernel": kh * kw, "per_block": per}
+    return DepthwiseGroup(n.name, c, kh * kw, per)
