@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from raptor.errors import RaptorError
+from raptor.options import CompileOptions
 
 
 def _cmd_arch_show(args: argparse.Namespace) -> int:
@@ -66,9 +67,7 @@ def _cmd_models_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compile_options(args: argparse.Namespace):
-    from raptor.options import CompileOptions
-
+def compile_options(args: argparse.Namespace) -> CompileOptions:
     return CompileOptions(
         mode=args.mode,
         pipeline=args.pipeline
@@ -88,7 +87,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     from raptor.arch import load_arch
     from raptor.compiler import compile_to_dir, format_passes
 
-    opts = _compile_options(args)
+    opts = compile_options(args)
     report = compile_to_dir(
         args.model, load_arch(args.arch), opts, args.out, emit_json=args.pim_emit_json
     )
@@ -147,7 +146,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.trace:
         from raptor.isa.pimdir import read_config
         from raptor.sim import find_pimdir
-        from raptor.sim.trace import save_trace
+        from raptor.sim.timeline import save_trace
 
         meta = read_config(find_pimdir(args.dir)).get("raptor", {})
         print(save_trace(report, meta, args.trace), file=sys.stderr if args.json else sys.stdout)

@@ -46,7 +46,7 @@ def _load(model) -> Graph:
 def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> CompileResult:
     """Compile `model` (path, onnx.ModelProto or Graph) for `arch` under `opts`; the program
     records what it was compiled for (pim/target.json, raptor.isa.target), whichever compiler."""
-    from raptor.isa.target import make_record
+    from raptor.isa.target_record import make_record
 
     res = _compile_model(model, arch, opts)
     res.program.target = make_record(arch, opts, res.report.get("local_memory_peak_bytes"))
