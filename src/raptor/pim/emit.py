@@ -125,3 +125,10 @@ def merge_lanes(parts: list[tuple[np.ndarray, int, np.ndarray]]) -> np.ndarray:
 
 def chunks(start: int, total: int, limit: int = 1 << 20) -> list[tuple[int, int]]:
     return [(a, min(limit, start + total - a)) for a in range(start, start + total, limit)]
+
+
+def emit_zero(block: Block, local: int, size: int) -> None:
+    """lldi 0 over `size` bytes of local memory at `local` (per lane: scalar or lane arrays)."""
+    block.add(
+        Opcode.LLDI, rd=R_ZERO, r2_or_imm=0, generic1=OFFSET_RD, generic2=local, generic3=size
+    )

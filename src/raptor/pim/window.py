@@ -39,3 +39,16 @@ def zero_runs(mask: np.ndarray) -> list[tuple[int, int]]:
     starts = np.flatnonzero(d == -1)
     ends = np.flatnonzero(d == 1)
     return [(int(s), int(e - s)) for s, e in zip(starts, ends)]
+
+
+def window_padding(
+    layer: Layer, cls: WindowClass, lo: int, hi: int
+) -> tuple[list[tuple[int, int, np.ndarray]], list[tuple[int, int]]]:
+    """The in-bounds segments of a padding class clipped to window elements [lo, hi)
+    (`window_segments`) and the (start, length) runs, relative to lo, that none of them covers:
+    the padding a window of elements lo..hi must zero."""
+    segs = window_segments(layer, cls, lo, hi)
+    covered = np.zeros(hi - lo, bool)
+    for s, n, _ in segs:
+        covered[s - lo : s - lo + n] = True
+    return segs, zero_runs(covered)

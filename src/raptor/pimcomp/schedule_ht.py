@@ -22,13 +22,12 @@ import math
 
 import numpy as np
 
-from raptor.isa.opcodes import OFFSET_RD, Opcode
+from raptor.isa.opcodes import Opcode
 from raptor.pim.codegen import token_records
 from raptor.pim.emit import (
     R_CONST,
     R_IN0,
     R_OUT,
-    R_ZERO,
     TEMPS,
     Block,
     Regs,
@@ -36,11 +35,12 @@ from raptor.pim.emit import (
     emit_ld,
     emit_st,
     emit_vv,
+    emit_zero,
 )
 from raptor.pim.lowering import lower_node
 from raptor.pim.lowering_ctx import LowerCtx
 from raptor.pim.memalloc import LocalAllocator
-from raptor.pim.window import window_segments, zero_runs
+from raptor.pim.window import window_padding
 from raptor.pimcomp.partition import ArrayGroup
 from raptor.pimcomp.program import KeyedStream, Plan, finish_core, lane_key, synchronize
 from raptor.spatial.geometry import window_classes
@@ -56,19 +56,9 @@ def load_window(
     """lldi 0 over the padded rows of the AG's window, then ld of its in-bounds rows."""
     eb = plan.arch.element_bytes
     layer = plan.sg.layers[ag.layer]
-    segs = window_segments(layer, cls, ag.r0, ag.r1)
-    covered = np.zeros(ag.r1 - ag.r0, bool)
-    for s, n, _ in segs:
-        covered[s - ag.r0 : s - ag.r0 + n] = True
-    for s, n in zero_runs(covered):
-        b.add(
-            Opcode.LLDI,
-            rd=R_ZERO,
-            r2_or_imm=0,
-            generic1=OFFSET_RD,
-            generic2=win + s * eb,
-            generic3=n * eb,
-        )
+    segs, zeros = window_padding(layer, cls, ag.r0, ag.r1)
+    for s, n in zeros:
+        emit_zero(b, win + s * eb, n * eb)
     for s, n, host in segs:
         emit_ld(b, regs, win + (s - ag.r0) * eb, base_reg, host * eb, n * eb)
 
