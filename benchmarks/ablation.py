@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from raptor.suite.charts import case_label, save_figure
+from raptor.figures import save_figure
+from raptor.suite.charts import case_label
 from raptor.suite.runner import write_csv
 
 ROOT = Path(__file__).resolve().parents[1]

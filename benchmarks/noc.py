@@ -19,10 +19,10 @@ import numpy as np
 
 from raptor.arch import load_arch
 from raptor.compiler import compile_model
+from raptor.figures import save_figure
 from raptor.models import build_model
 from raptor.options import CompileOptions
 from raptor.sim import simulate
-from raptor.suite.charts import save_figure
 from raptor.suite.runner import write_csv
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -97,7 +97,7 @@ def run_case(graph, onnx_model, model: str, arch_name: str, method: str, args, w
         rel = None
     row["released_wall_s"] = f"{time.perf_counter() - t0:.1f}"
     try:
-        plan = plan_model(graph, arch, CompileOptions(compiler="pimcomp", replication=method), {})
+        plan = plan_model(graph, arch, CompileOptions(compiler="pimcomp", replication=method))
     except Exception as e:  # noqa: BLE001 - reported in the row
         row.update(status="ours failed", error=f"{row.get('error', '')} ours: {e}".strip())
         return row, []

@@ -24,8 +24,8 @@ from raptor.isa.pimdir import read_config
 from raptor.models import save_model
 from raptor.options import CompileOptions
 from raptor.sim import simulate_dir
-from raptor.sim.timeline import gantt_png
-from raptor.sim.trace import FLOW_SEND, save_trace, slice_layers
+from raptor.sim.timeline import gantt_png, save_trace
+from raptor.sim.trace import FLOW_SEND, slice_layers
 from raptor.suite.runner import write_csv
 
 

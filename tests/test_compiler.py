@@ -53,8 +53,12 @@ def test_16x16_and_graph_input():
 
 
 def test_missing_sync_reads_stale_buffer():
-    synced = CompileOptions(mode="throughput", pipeline=3)
-    unsynced = CompileOptions(mode="throughput", pipeline=3, disable_synchronization=True)
+    """With activations in host memory (the dataflow before the NoC pass) the tokens are what
+    orders a consumer after its producer: without them a consumer reads a stale buffer. (Over
+    the NoC the rendezvous orders them: tests/spatial/test_noc.py.)"""
+    host = {"disable_noc_dataflow": True}
+    synced = CompileOptions(mode="throughput", pipeline=3, **host)
+    unsynced = CompileOptions(mode="throughput", pipeline=3, disable_synchronization=True, **host)
     res, _, ok = _run(toy_resnet(), synced)
     assert res.report["cores_used"] > 1 and max(ok) < 1e-3
     _, _, bad = _run(toy_resnet(), unsynced)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from raptor.errors import RaptorError
+from raptor.options import CompileOptions
 
 
 def _cmd_arch_show(args: argparse.Namespace) -> int:
@@ -66,9 +67,7 @@ def _cmd_models_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compile_options(args: argparse.Namespace):
-    from raptor.options import CompileOptions
-
+def compile_options(args: argparse.Namespace) -> CompileOptions:
     return CompileOptions(
         mode=args.mode,
         pipeline=args.pipeline
@@ -77,6 +76,8 @@ def _compile_options(args: argparse.Namespace):
         disable_synchronization=args.pim_disable_synchronization,
         disable_spatial_planning=args.pim_disable_spatial_planning,
         disable_noc_dataflow=args.pim_disable_noc_dataflow,
+        disable_sibling_merge=args.pim_disable_sibling_merge,
+        disable_line_buffer=args.pim_disable_line_buffer,
         compiler=args.compiler,
         replication=args.replication,
     )
@@ -84,15 +85,14 @@ def _compile_options(args: argparse.Namespace):
 
 def _cmd_compile(args: argparse.Namespace) -> int:
     from raptor.arch import load_arch
-    from raptor.compiler import compile_to_dir
+    from raptor.compiler import compile_to_dir, format_passes
 
+    opts = compile_options(args)
     report = compile_to_dir(
-        args.model,
-        load_arch(args.arch),
-        _compile_options(args),
-        args.out,
-        emit_json=args.pim_emit_json,
+        args.model, load_arch(args.arch), opts, args.out, emit_json=args.pim_emit_json
     )
+    if args.print_passes:
+        print(format_passes(opts, report["pass_time_s"]))
     print(
         f"wrote {Path(args.out) / 'pim'}: {report['cores_used']} cores, "
         f"{report['crossbars_used']} crossbars, {report['instructions_total']} instructions"
@@ -146,7 +146,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.trace:
         from raptor.isa.pimdir import read_config
         from raptor.sim import find_pimdir
-        from raptor.sim.trace import save_trace
+        from raptor.sim.timeline import save_trace
 
         meta = read_config(find_pimdir(args.dir)).get("raptor", {})
         print(save_trace(report, meta, args.trace), file=sys.stderr if args.json else sys.stdout)
@@ -330,6 +330,22 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Raptor: pass every activation through host memory instead of core to core over "
         "the NoC (default: off)",
+    )
+    cp.add_argument(
+        "--pim-disable-sibling-merge",
+        action="store_true",
+        help="Raptor: keep GEMM layers that read the same input apart (default: off)",
+    )
+    cp.add_argument(
+        "--pim-disable-line-buffer",
+        action="store_true",
+        help="Raptor: load every window per pixel, line buffers only where the NoC dataflow "
+        "needs them (default: off)",
+    )
+    cp.add_argument(
+        "--print-passes",
+        action="store_true",
+        help="print the compiler's pass list and the time of each pass (default: off)",
     )
     cp.set_defaults(func=_cmd_compile)
 

@@ -1,6 +1,7 @@
 """The Raptor compiler pipeline: ONNX (or Graph IR) -> Spatial IR -> per-core PIM programs.
 
-`_compile_model` lists its passes top to bottom; a disabled pass is visible there.
+The Spatial passes come from the options (raptor.spatial.passes); `pass_list` names every step
+`compile_model` runs (`raptor compile --print-passes`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +21,19 @@ from raptor.errors import PassFailedError
 from raptor.frontend.graph import Graph
 from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram, write_pimdir
-from raptor.isa.table import opcode_counts
 from raptor.options import CompileOptions
 from raptor.pim.deadlock import DeadlockReport, check_programs
+from raptor.result import (
+    CompileResult,
+    PassTimer,
+    instruction_counts,
+    program_counts,
+    timing_fields,
+)
 from raptor.spatial.ir import BufferRole
 
 # NoC edges returned to host memory after a failed deadlock check, at most this many times
 MAX_NOC_ROUNDS = 64
-
-
-@dataclass
-class CompileResult:
-    program: PimProgram
-    report: dict[str, Any]
 
 
 def _load(model) -> Graph:
@@ -47,22 +47,44 @@ def _load(model) -> Graph:
 def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> CompileResult:
     """Compile `model` (path, onnx.ModelProto or Graph) for `arch` under `opts`; the program
     records what it was compiled for (pim/target.json, raptor.isa.target), whichever compiler."""
-    from raptor.isa.target import make_record
+    from raptor.isa.target_record import make_record
 
     res = _compile_model(model, arch, opts)
     res.program.target = make_record(arch, opts, res.report.get("local_memory_peak_bytes"))
     return res
 
 
+def pass_list(opts: CompileOptions) -> list[tuple[str, bool]]:
+    """(name, reruns in every round of the NoC demotion loop) of the steps the Raptor compiler
+    runs under `opts`, in order (the names of the report's pass_time_s)."""
+    from raptor.spatial.passes import round_passes, spatial_passes
+
+    loop = [p.name for p in round_passes(opts)]
+    if not opts.disable_noc_dataflow:
+        loop.append("noc-message-order")
+    loop += ["verify-spatial", "pim-codegen", "verify-pim", "deadlock-check"]
+    once = ["frontend", "build-spatial", *(p.name for p in spatial_passes(opts))]
+    return [(n, False) for n in once] + [(n, True) for n in loop] + [("estimates", False)]
+
+
+def format_passes(opts: CompileOptions, times: dict[str, float]) -> str:
+    """The pass list with the wall time of each pass (`raptor compile --print-passes`)."""
+    if opts.compiler == "pimcomp":
+        steps = [(n, False) for n in times if n != "write"]
+    else:
+        steps = pass_list(opts)
+    width = max(len(n) for n, _ in steps)
+    lines = [
+        f"{i:>2} {n:<{width}} {times.get(n, 0.0):9.4f} s" + ("  (each NoC round)" if loop else "")
+        for i, (n, loop) in enumerate(steps, 1)
+    ]
+    if "write" in times:
+        lines.append(f"   {'write':<{width}} {times['write']:9.4f} s")
+    return "\n".join(lines)
+
+
 def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> CompileResult:
-    times: dict[str, float] = {}
-
-    def timed(name, fn, *args):
-        t0 = time.perf_counter()
-        out = fn(*args)
-        times[name] = round(times.get(name, 0.0) + time.perf_counter() - t0, 4)
-        return out
-
+    timed = PassTimer()
     graph = timed("frontend", _load, model)
     if opts.compiler == "pimcomp":
         from raptor import pimcomp
@@ -71,46 +93,21 @@ def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) ->
 
     from raptor.pim.codegen import generate
     from raptor.spatial.build import build_spatial
-    from raptor.spatial.fusion import ResidualFusionPass
     from raptor.spatial.message_order import OrderStuck, order_messages
-    from raptor.spatial.noc import NocDataflowPass, demote_pairs
-    from raptor.spatial.planning import SpatialPlanningPass, estimates, plain_assignment
-    from raptor.spatial.sibling import SiblingMergePass
-    from raptor.spatial.sync import SynchronizationPass
-    from raptor.spatial.tiling import TilingPass
+    from raptor.spatial.noc import demote_pairs
+    from raptor.spatial.passes import round_passes, spatial_passes
+    from raptor.spatial.planning import estimates
 
     sg = timed("build-spatial", build_spatial, graph, arch.element_bytes, arch.matrix.rows)
-    sg = timed(ResidualFusionPass.name, ResidualFusionPass().apply, sg)
-    sg = timed(SiblingMergePass.name, SiblingMergePass().apply, sg)
-    sg = timed(TilingPass.name, TilingPass().apply, arch, sg)
-    # Both modes plan for the shortest layer steps: with one host buffer per tensor the pipeline
-    # period is set by adjacent layers' overlap, and the throughput objective (shave the slowest
-    # node) measured worse (vgg8 arch-a p4: 66 vs 115 inferences/s).
-    if opts.disable_spatial_planning:
-        sg = timed("plain-assignment", plain_assignment, arch, sg)
-    else:
-        sg = timed(
-            SpatialPlanningPass.name,
-            SpatialPlanningPass(
-                latency=True, span=_span(sg, opts), noc=not opts.disable_noc_dataflow
-            ).apply,
-            arch,
-            sg,
-        )
-    if not opts.disable_noc_dataflow:
-        sg = timed(NocDataflowPass.name, NocDataflowPass().apply, arch, sg)
+    for p in spatial_passes(opts):
+        sg = timed(p.name, p.apply, arch, sg)
     meta = {"compiler": "raptor", "arch": arch.name, "mode": opts.mode, "pipeline": opts.pipeline}
     planned = sg
     failure = "no program"
     for _ in range(MAX_NOC_ROUNDS):
         sg = planned
-        if not opts.disable_synchronization:
-            sg = timed(
-                SynchronizationPass.name,
-                SynchronizationPass(pipeline=opts.pipeline, credits="end", bands=True).apply,
-                arch,
-                sg,
-            )
+        for p in round_passes(opts):
+            sg = timed(p.name, p.apply, arch, sg)
         if sg.noc is not None:
             try:
                 sg.noc.comm = timed("noc-message-order", order_messages, arch, sg)
@@ -120,7 +117,7 @@ def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) ->
                 failure = f"NoC message order: {e}"
                 continue
         timed("verify-spatial", sg.verify)
-        prog, stats = timed("pim-codegen", generate, arch, sg, meta)
+        prog, stats = timed("pim-codegen", generate, arch, sg, meta, not opts.disable_line_buffer)
         timed("verify-pim", prog.verify)
         check = timed("deadlock-check", check_programs, prog.cores, 2 if opts.pipeline > 1 else 1)
         if check.ok:
@@ -132,7 +129,7 @@ def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) ->
         raise PassFailedError(f"{failure} (after {MAX_NOC_ROUNDS} rounds of demotion)")
     est = timed("estimates", estimates, arch, sg)
     return _with_bounds(
-        CompileResult(prog, _report(arch, opts, sg, prog, stats, est, times)), graph, arch
+        CompileResult(prog, _report(arch, opts, sg, prog, stats, est, timed.times)), graph, arch
     )
 
 
@@ -168,23 +165,10 @@ def _with_bounds(res: CompileResult, graph, arch: Arch) -> CompileResult:
     return res
 
 
-def _span(sg, opts) -> int | None:
-    """Pipelined throughput: keep each core's layers within 35% of the network's layers
-    (merging.pack_balanced). Measured p4 vs no window, arch-a: resnet34 12.7 -> 16.5/s, resnet18
-    27.2 -> 31.7/s, googlenet 22.6 -> 23.9/s, vgg8 150 -> 159/s; arch-b resnet18 25.8 -> 30.7/s.
-    A quarter measured better on arch-a but below 1/latency on resnet18 arch-b (22.3/s)."""
-    if opts.pipeline <= 1:
-        return None
-    return max(1, int(len(sg.layers) * 0.35))
-
-
 def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, Any]:
-    per_core = [int(len(s)) for s in prog.cores]
     stores = _bytes_of(prog, Opcode.ST)
-    by_op: dict[str, int] = {}
-    for s in prog.cores:
-        for k, v in opcode_counts(s).items():
-            by_op[k] = by_op.get(k, 0) + v
+    insts = instruction_counts(prog)
+    by_op = insts["instructions_by_opcode"]
     nodes_per_core = [0] * prog.core_cnt
     for n in sg.nodes:
         nodes_per_core[n.core] += 1
@@ -192,17 +176,11 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "compiler": "raptor",
         "model": sg.name,
         "arch": arch.name,
-        "cores_used": sum(1 for s in prog.cores if len(s)),
-        "crossbars_used": int(sum(sum(a) for a in prog.array_group_map)),
-        "crossbars_available": arch.total_crossbars,
-        "array_groups": int(sum(len(a) for a in prog.array_group_map)),
-        "weight_matrices": len(prog.weight_matrices),
+        **program_counts(arch, prog),
         "replication": sg.replication,
         "nodes": len(sg.nodes),
         "nodes_per_core": nodes_per_core,
-        "instructions_total": int(sum(per_core)),
-        "instructions_per_core": per_core,
-        "instructions_by_opcode": dict(sorted(by_op.items())),
+        **insts,
         "local_memory_peak_bytes": stats["local_memory_peak_bytes"],
         "host_memory_bytes": stats["host_memory_bytes"],
         "host_load_bytes_per_layer": stats["host_load_bytes"],
@@ -215,17 +193,15 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "noc_hop_bytes_estimate": float(est["hop_bytes"]),
         "estimated_layer_ns": {k: round(v, 1) for k, v in est["layer_ns"].items()},
         "estimated_core_ns_max": float(np.max(est["core_ns"])) if len(est["core_ns"]) else 0.0,
-        "event_registers_max": sg.notes.get("event_registers", 0),
-        "band_tokens": sg.notes.get("band_tokens"),
+        "event_registers_max": sg.notes.event_registers,
+        "band_tokens": sg.notes.band_tokens,
         "layer_cores": _layer_cores(sg),
         "depthwise_packing": _depthwise_report(arch, sg),
         "inter_chip_bytes_estimate": _inter_chip_bytes(arch, sg),
         "pimsim_unsupported_ops": {
             op: n for op, n in by_op.items() if op in PIMSIM_UNSUPPORTED and n
         },
-        "pass_time_s": times,
-        "compile_time_s": round(sum(times.values()), 4),
-        "options": asdict(opts),
+        **timing_fields(opts, times),
     }
 
 
@@ -289,19 +265,19 @@ def _inter_chip_bytes(arch, sg) -> int:
 
 def _depthwise_report(arch, sg) -> dict[str, Any] | None:
     """Crossbars of the block-diagonal depthwise packing vs one array group per channel."""
-    dw = sg.notes.get("depthwise")
+    dw = sg.notes.depthwise
     if not dw:
         return None
     naive = packed = 0
-    for g in dw["groups"]:
-        c, k, per = g["channels"], g["kernel"], g["per_block"]
+    for g in dw:
+        c, k, per = g.channels, g.kernel, g.per_block
         naive += c * arch.crossbars_for(k, 1)
         full, rest = divmod(c, per)
         packed += full * arch.crossbars_for(k * per, per)
         packed += arch.crossbars_for(k * rest, rest) if rest else 0
     return {
-        "convs": dw["convs"],
-        "channels_per_crossbar_block": sorted({g["per_block"] for g in dw["groups"]}),
+        "convs": len(dw),
+        "channels_per_crossbar_block": sorted({g.per_block for g in dw}),
         "crossbars_naive": naive,
         "crossbars_packed": packed,
         "crossbars_saved": naive - packed,

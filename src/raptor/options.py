@@ -15,6 +15,8 @@ class CompileOptions:
     disable_synchronization: bool = False
     disable_spatial_planning: bool = False
     disable_noc_dataflow: bool = False  # Raptor: every activation through host memory
+    disable_sibling_merge: bool = False  # Raptor: no sibling-GEMM merging (spatial/sibling.py)
+    disable_line_buffer: bool = False  # Raptor: line buffers only where the NoC dataflow needs them
     compiler: str = "raptor"
     replication: str = "balance"  # pimcomp only: balance | W0H0 | uniform
 

@@ -21,7 +21,7 @@ from raptor.errors import PimFormatError, TargetMismatchError  # noqa: E402
 from raptor.isa.inspect import inspect_pimdir  # noqa: E402
 from raptor.isa.pimdir import read_pimdir  # noqa: E402
 from raptor.isa.pimsim_rules import check_pimsim_compatible  # noqa: E402
-from raptor.isa.target import arch_sha256  # noqa: E402
+from raptor.isa.target_record import arch_sha256  # noqa: E402
 from raptor.options import CompileOptions  # noqa: E402
 from raptor.sim import simulate, simulate_dir  # noqa: E402
 from raptor.sim.pimsim_engine import run_pimsim  # noqa: E402

@@ -49,13 +49,12 @@ def test_replicas_share_weight_matrices():
     assert len(set(used)) == len(prog.weight_matrices) < len(used)
 
 
-def test_line_buffer_cuts_host_loads(monkeypatch):
+def test_line_buffer_cuts_host_loads():
     """Line-buffer input rows: each input row a node needs is loaded once (no per-pixel window
     loads), the report counts host bytes per layer, and values still match onnxruntime."""
     import numpy as np
     from toy import ARCH_TINY, max_rel_err, reference, toy_convnet
 
-    import raptor.pim.lowering as lowering
     from raptor.arch import load_arch
     from raptor.compiler import compile_model
     from raptor.options import CompileOptions
@@ -71,8 +70,8 @@ def test_line_buffer_cuts_host_loads(monkeypatch):
     out = simulate(res.program, arch, "latency", 1, ins).outputs
     assert max_rel_err(next(iter(out[0].values())), next(iter(ref[0].values()))) < 1e-3
     lines = res.report["host_load_bytes_per_layer"]
-    monkeypatch.setattr(lowering, "use_line_buffer", lambda ctx, node: False)
-    per_pixel = compile_model(model, arch, opts).report["host_load_bytes_per_layer"]
+    no_lines = CompileOptions(disable_spatial_planning=True, disable_line_buffer=True)
+    per_pixel = compile_model(model, arch, no_lines).report["host_load_bytes_per_layer"]
     # 3x3 stride 1: 16x16x3 input rows once (+ bias) vs 3 kernel rows per sliding pixel (~3x);
     # 3x3 stride 2: each row once vs 3 of every 2 rows per output row (~1.5x)
     assert lines["conv3_n"] * 2.5 < per_pixel["conv3_n"]

@@ -49,7 +49,7 @@ def _graph(name: str, size: int):
 
 
 def _plan(g, arch, method):
-    return plan_model(g, arch, CompileOptions(compiler="pimcomp", replication=method), {})
+    return plan_model(g, arch, CompileOptions(compiler="pimcomp", replication=method))
 
 
 def test_model_json_matches_our_layers():

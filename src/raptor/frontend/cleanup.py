@@ -35,7 +35,7 @@ def force_batch_one(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+def static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     out = {}
     for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
         tt = vi.type.tensor_type
@@ -95,7 +95,7 @@ def cleanup(model: onnx.ModelProto, slim: bool = False) -> onnx.ModelProto:
             pass
     opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 17)
     m = infer_shapes(m)
-    shapes = _static_shapes(m)
+    shapes = static_shapes(m)
     graph = m.graph
     consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     graph_inputs = {vi.name for vi in graph.input} - set(consts)

@@ -27,7 +27,7 @@ import onnx
 from onnx import TensorProto, helper, shape_inference
 
 from raptor.errors import ModelError
-from raptor.frontend.cleanup import _static_shapes, force_batch_one
+from raptor.frontend.cleanup import force_batch_one, static_shapes
 
 # ai.onnx opsets that both pinned runtimes define (onnx 1.23: 1-28, onnxruntime 1.32: 7-28)
 SUPPORTED_OPSETS = range(7, 29)
@@ -114,11 +114,11 @@ def check_model(model: str | Path | onnx.ModelProto) -> CheckedModel:
     except (shape_inference.InferenceError, onnx.checker.ValidationError, ValueError) as e:
         # a window larger than its input passes inference with a size-0 output, and the node
         # that reads it fails instead: name the cause when shapes without strictness show it
-        _check_windows(g, _static_shapes(_loose_inference(skeleton)), fail)
+        _check_windows(g, static_shapes(_loose_inference(skeleton)), fail)
         node, problem = _inference_message(g, str(e))
         raise fail(f"shape inference: {problem}", node) from None
     outputs = _check_outputs(g, fail)
-    _check_windows(g, _static_shapes(inferred), fail)
+    _check_windows(g, static_shapes(inferred), fail)
     problem = _onnxruntime_problem(skeleton)
     if problem:
         m_node = re.match(r"Node \((.*?)\) Op \(([\w.]+)\) (?:\[\w+\] )?(.*)", problem)

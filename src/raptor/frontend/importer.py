@@ -477,11 +477,11 @@ HANDLERS: dict[str, Callable[[_Ctx, onnx.NodeProto], None]] = {
 
 def import_model(model: onnx.ModelProto) -> Graph:
     """Convert a cleaned, shape-inferred ONNX model into the raw graph IR."""
-    from raptor.frontend.cleanup import _static_shapes
+    from raptor.frontend.cleanup import static_shapes
 
     g = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
-    shapes = _static_shapes(model)
+    shapes = static_shapes(model)
     init_names = {t.name for t in g.initializer}
     inputs = [vi.name for vi in g.input if vi.name not in init_names]
     for vi in g.input:
@@ -514,7 +514,7 @@ def _shapes_by_running(model: onnx.ModelProto, names: list[str]) -> Shapes:
     """Shapes that inference could not give: run onnxruntime once on zeros."""
     import onnxruntime as ort
 
-    from raptor.frontend.cleanup import _static_shapes
+    from raptor.frontend.cleanup import static_shapes
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -525,7 +525,7 @@ def _shapes_by_running(model: onnx.ModelProto, names: list[str]) -> Shapes:
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    shapes = _static_shapes(model)
+    shapes = static_shapes(model)
     feeds = {}
     for i in sess.get_inputs():
         shp = shapes[i.name]

@@ -34,7 +34,7 @@ import numpy as np
 from raptor.errors import PimFormatError
 from raptor.isa import pim_binary, pim_json
 from raptor.isa.opcodes import Opcode
-from raptor.isa.target import TARGET_FILE, TargetRecord, parse_record
+from raptor.isa.target_record import TARGET_FILE, TargetRecord, parse_record
 
 CORE_FILE = re.compile(r"^core_([0-9]+)\.(json|pim)$")
 

@@ -12,11 +12,11 @@ import os
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import onnx
 
 from raptor.errors import RaptorError
 from raptor.models.common import ACTIVATIONS, count_params
+from raptor.validation.reference import input_sensitivity
 
 MODEL_NAMES = ("vgg8", "resnet18", "resnet34", "googlenet", "yolo11n")
 DEFAULT_INPUT_SIZE = {
@@ -145,34 +145,6 @@ def model_info(name: str) -> dict:
         "op_types": sorted({n.op_type for n in model.graph.node}),
         "notes": _NOTES[name],
     }
-
-
-def input_sensitivity(
-    model: onnx.ModelProto | str | Path, seed: int = 0, n_inputs: int = 4
-) -> float:
-    """How much the output depends on the input: RMS over output elements of the std across
-    `n_inputs` seeded standard-normal inputs, divided by the RMS of the outputs. 0 for a
-    constant model, about 1 when outputs are input-driven and centred."""
-    import onnxruntime as ort
-
-    data = (
-        model.SerializeToString()
-        if isinstance(model, onnx.ModelProto)
-        else Path(model).read_bytes()
-    )
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
-    from raptor.validation.reference import make_inputs
-
-    outs = [
-        np.concatenate([o.ravel() for o in sess.run(None, feed)])
-        for feed in make_inputs(sess, n_inputs, seed)
-    ]
-    y = np.stack(outs).astype(np.float64)
-    spread = np.sqrt(np.mean(y.std(axis=0) ** 2))
-    scale = np.sqrt(np.mean(y**2)) + 1e-30
-    return float(spread / scale)
 
 
 __all__ = [

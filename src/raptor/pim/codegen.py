@@ -18,8 +18,10 @@ from raptor.errors import PassFailedError
 from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram
 from raptor.isa.table import concat, make
-from raptor.pim.lowering import LowerCtx, lower_node_bands, noc_prologue
-from raptor.spatial.ir import BufferRole, NodeKind, SpatialGraph, SyncToken
+from raptor.pim.lowering import lower_node_bands
+from raptor.pim.lowering_ctx import LowerCtx
+from raptor.pim.lowering_noc import noc_prologue
+from raptor.spatial.ir import BufferRole, NodeKind, SpatialGraph, SyncToken, TokenKind
 from raptor.spatial.tiling import row_tiles
 
 HOST_ALIGN_BYTES = 64
@@ -41,7 +43,7 @@ def token_records(tokens: list[SyncToken]) -> list[np.ndarray]:
     """sync/wait records of `tokens` (shared with raptor.pimcomp)."""
     out = []
     for t in tokens:
-        if t.kind == "sync":
+        if t.kind == TokenKind.SYNC:
             out.append(make(Opcode.SYNC, r2_or_imm=t.value, generic1=t.event))
         else:
             out.append(make(Opcode.WAIT, generic1=t.event, generic2=t.value))
@@ -49,15 +51,16 @@ def token_records(tokens: list[SyncToken]) -> list[np.ndarray]:
 
 
 def generate(
-    arch: Arch, sg: SpatialGraph, meta: dict[str, Any]
+    arch: Arch, sg: SpatialGraph, meta: dict[str, Any], line_buffers: bool = True
 ) -> tuple[PimProgram, dict[str, Any]]:
-    """Emit the program; returns it with codegen statistics (local-memory peaks, host bytes)."""
+    """Emit the program; returns it with codegen statistics (local-memory peaks, host bytes).
+    `line_buffers` False: line buffers only where the NoC dataflow needs them."""
     address, host_bytes = host_layout(sg)
     if host_bytes > arch.global_memory.memory_size:
         raise PassFailedError(
             f"host memory needs {host_bytes} bytes, {arch.name} global memory has {arch.global_memory.memory_size}"
         )
-    ctx = LowerCtx(arch, sg, address, sg.reduce_links())
+    ctx = LowerCtx(arch, sg, address, sg.reduce_links(), line_buffers=line_buffers)
     by_core = sg.nodes_by_core()
     n_cores = arch.core_count
     cores: list[np.ndarray] = []
@@ -174,7 +177,7 @@ def assemble_program(
     # out; the simulator reads back only those the program really stored)
     tensors = [
         {"name": t, "address": address[b] + off * eb, "shape": list(shape), "strides": list(st)}
-        for t, (b, off, shape, st) in sg.notes.get("tensor_views", {}).items()
+        for t, (b, off, shape, st) in sg.notes.tensor_views.items()
         if b in address
     ]
     return PimProgram(

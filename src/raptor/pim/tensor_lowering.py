@@ -11,20 +11,19 @@ from __future__ import annotations
 import numpy as np
 
 from raptor.isa.opcodes import OFFSET_RD, OFFSET_RS1, OFFSET_RS2, Opcode
-from raptor.isa.table import concat
-from raptor.pim.lowering import (
-    R_CONST,
+from raptor.isa.table import concat, make
+from raptor.pim.emit import (
     R_IN0,
     R_IN1,
     R_OUT,
     Block,
-    LowerCtx,
     Regs,
-    _ld,
-    _sldi,
-    _st,
-    _vv,
+    emit_ld,
+    emit_st,
+    emit_vv,
+    sldi,
 )
+from raptor.pim.lowering_ctx import LowerCtx
 from raptor.pim.memalloc import LocalAllocator
 from raptor.spatial.ir import ComputeNode
 
@@ -54,8 +53,8 @@ def _copy(ctx, spec, lanes, alloc):
     eb = ctx.eb
     src, dst = spec.offs
     pro = [
-        _sldi(R_IN0, ctx.address[spec.ins[0].buffer]),
-        _sldi(R_OUT, ctx.address[spec.out.buffer]),
+        sldi(R_IN0, ctx.address[spec.ins[0].buffer]),
+        sldi(R_OUT, ctx.address[spec.out.buffer]),
     ]
     regs = Regs(pro)
     blocks: list[np.ndarray] = []
@@ -70,10 +69,10 @@ def _copy(ctx, spec, lanes, alloc):
         for n, sel in _groups(spec.lens, lanes):
             b = Block(len(sel))
             if sb == la:
-                _ld(b, regs, tile, R_IN0, src[sel] * eb, n * la * eb)
+                emit_ld(b, regs, tile, R_IN0, src[sel] * eb, n * la * eb)
             else:
                 for t in range(n):
-                    _ld(b, regs, tile + t * la * eb, R_IN0, (src[sel] + t * sb) * eb, la * eb)
+                    emit_ld(b, regs, tile + t * la * eb, R_IN0, (src[sel] + t * sb) * eb, la * eb)
             for a in range(la):
                 b.add(
                     Opcode.VMV,
@@ -84,16 +83,16 @@ def _copy(ctx, spec, lanes, alloc):
                     generic2=a,
                     generic3=n,
                 )
-                _st(b, regs, row, (dst[sel] + a * sa) * eb, n * eb)
+                emit_st(b, regs, row, (dst[sel] + a * sa) * eb, n * eb)
             blocks += regs.flush() + [b.build()]
         return concat(blocks)
     buf = alloc.alloc(int(spec.lens[lanes].max()) * eb, "run")
     dups = spec.dup if spec.dup is not None else np.zeros(1, np.int64)
     for n, sel in _groups(spec.lens, lanes):
         b = Block(len(sel))
-        _ld(b, regs, buf, R_IN0, src[sel] * eb, n * eb)
+        emit_ld(b, regs, buf, R_IN0, src[sel] * eb, n * eb)
         for d in dups:
-            _st(b, regs, buf, (dst[sel] + int(d)) * eb, n * eb)
+            emit_st(b, regs, buf, (dst[sel] + int(d)) * eb, n * eb)
         blocks += regs.flush() + [b.build()]
     return concat(blocks)
 
@@ -102,8 +101,8 @@ def _elementwise(ctx, spec, lanes, alloc):
     eb = ctx.eb
     nin = len(spec.ins)
     base = [R_IN0, R_IN1][:nin]
-    pro = [_sldi(r, ctx.address[v.buffer]) for r, v in zip(base, spec.ins)]
-    pro.append(_sldi(R_OUT, ctx.address[spec.out.buffer]))
+    pro = [sldi(r, ctx.address[v.buffer]) for r, v in zip(base, spec.ins)]
+    pro.append(sldi(R_OUT, ctx.address[spec.out.buffer]))
     regs = Regs(pro)
     maxlen = int(spec.lens[lanes].max())
     bufs = [alloc.alloc(maxlen * eb, f"in{k}") for k in range(nin)]
@@ -116,17 +115,15 @@ def _elementwise(ctx, spec, lanes, alloc):
         b = Block(len(sel))
         for k in range(nin):
             if not (spec.const_uniform and k == ci):
-                _ld(b, regs, bufs[k], base[k], spec.offs[k][sel] * eb, n * eb)
+                emit_ld(b, regs, bufs[k], base[k], spec.offs[k][sel] * eb, n * eb)
         d = bufs[1] if (spec.const_uniform and ci == 0) else bufs[0]
-        _vv(b, regs, op, d, bufs[0], bufs[1] if nin == 2 else None, n)
-        _st(b, regs, d, spec.offs[nin][sel] * eb, n * eb)
+        emit_vv(b, regs, op, d, bufs[0], bufs[1] if nin == 2 else None, n)
+        emit_st(b, regs, d, spec.offs[nin][sel] * eb, n * eb)
         blocks += regs.flush() + [b.build()]
     return concat(blocks)
 
 
 def _ld_pro(pro, regs, local, base_reg, host_off, size):
-    from raptor.isa.table import make
-
     pro.append(
         make(
             Opcode.LD,
@@ -144,8 +141,8 @@ def _softmax(ctx, spec, lanes, alloc):
     row = spec.row
     src, dst = spec.offs
     pro = [
-        _sldi(R_IN0, ctx.address[spec.ins[0].buffer]),
-        _sldi(R_OUT, ctx.address[spec.out.buffer]),
+        sldi(R_IN0, ctx.address[spec.ins[0].buffer]),
+        sldi(R_OUT, ctx.address[spec.out.buffer]),
     ]
     regs = Regs(pro)
     buf = alloc.alloc(int(spec.lens[lanes].max()) * row * eb, "rows")
@@ -153,7 +150,7 @@ def _softmax(ctx, spec, lanes, alloc):
     blocks: list[np.ndarray] = []
     for n, sel in _groups(spec.lens, lanes):
         b = Block(len(sel))
-        _ld(b, regs, buf, R_IN0, src[sel] * eb, n * row * eb)
+        emit_ld(b, regs, buf, R_IN0, src[sel] * eb, n * row * eb)
         for r in range(n):
             b.add(
                 Opcode.VSOFTMAX,
@@ -163,7 +160,7 @@ def _softmax(ctx, spec, lanes, alloc):
                 generic2=r * row,
                 generic3=row,
             )
-        _st(b, regs, buf, dst[sel] * eb, n * row * eb)
+        emit_st(b, regs, buf, dst[sel] * eb, n * row * eb)
         blocks += regs.flush() + [b.build()]
     return concat(blocks)
 
@@ -174,9 +171,9 @@ def _matmul(ctx, spec, lanes, alloc):
     m, k, n, tn = ex["m"], ex["k"], ex["n"], ex["tn"]
     a_offs, o_offs = spec.offs
     pro = [
-        _sldi(R_IN0, ctx.address[spec.ins[0].buffer]),
-        _sldi(R_IN1, ctx.address[spec.ins[1].buffer]),
-        _sldi(R_OUT, ctx.address[spec.out.buffer]),
+        sldi(R_IN0, ctx.address[spec.ins[0].buffer]),
+        sldi(R_IN1, ctx.address[spec.ins[1].buffer]),
+        sldi(R_OUT, ctx.address[spec.out.buffer]),
     ]
     regs = Regs(pro)
     arow = alloc.alloc(k * eb, "a_row")
@@ -195,10 +192,10 @@ def _matmul(ctx, spec, lanes, alloc):
             hb = int(ex["bt_base"][bi]) + j0 * ex["bt_row"]
             one = Block(1)
             if ex["bt_row"] == k:
-                _ld(one, regs, bt, R_IN1, np.array([hb * eb]), t * k * eb)
+                emit_ld(one, regs, bt, R_IN1, np.array([hb * eb]), t * k * eb)
             else:
                 for j in range(t):
-                    _ld(
+                    emit_ld(
                         one,
                         regs,
                         bt + j * k * eb,
@@ -207,7 +204,7 @@ def _matmul(ctx, spec, lanes, alloc):
                         k * eb,
                     )
             b = Block(len(sel))
-            _ld(b, regs, arow, R_IN0, a_offs[sel] * eb, k * eb)
+            emit_ld(b, regs, arow, R_IN0, a_offs[sel] * eb, k * eb)
             for j in range(t):
                 b.add(
                     Opcode.VVDMUL,
@@ -219,9 +216,9 @@ def _matmul(ctx, spec, lanes, alloc):
                     generic3=k,
                 )
             b.add(Opcode.VMV, rd=regs.loc(res, b), r1=regs.loc(scr, b), r2_or_imm=r_k, generic3=t)
-            _st(b, regs, res, (o_offs[sel] + j0) * eb, t * eb)
+            emit_st(b, regs, res, (o_offs[sel] + j0) * eb, t * eb)
             blocks += regs.flush() + [one.build(), b.build()]
     return concat(blocks)
 
 
-__all__ = ["lower_tensor", "R_CONST"]
+__all__ = ["lower_tensor"]

@@ -10,7 +10,7 @@ Raptor's (one implementation each). Differences from the released C++ code: READ
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,16 +19,23 @@ from raptor.arch import Arch
 from raptor.errors import PassFailedError
 from raptor.frontend.graph import Graph
 from raptor.isa.opcodes import Opcode
-from raptor.isa.table import concat, make, opcode_counts
 from raptor.options import CompileOptions
-from raptor.pim.codegen import assemble_program, host_layout, token_records
+from raptor.pim.codegen import assemble_program, host_layout
 from raptor.pimcomp.mapping import core_lists, first_fit
 from raptor.pimcomp.partition import partition
 from raptor.pimcomp.program import Plan, weight_tables
 from raptor.pimcomp.replication import replicate
+from raptor.pimcomp.schedule_ht import schedule_ht
+from raptor.pimcomp.schedule_ll import schedule_ll
+from raptor.result import (
+    CompileResult,
+    PassTimer,
+    instruction_counts,
+    program_counts,
+    timing_fields,
+)
 from raptor.spatial.build import build_spatial
 from raptor.spatial.ir import BufferRole, LayerKind, SpatialGraph
-from raptor.spatial.sync import SynchronizationPass
 from raptor.spatial.tiling import TilingPass
 
 
@@ -48,13 +55,11 @@ def _spatial(graph: Graph, arch: Arch) -> SpatialGraph:
     return replace(sg, layers=layers, buffers=buffers, nodes=[], core_count=arch.core_count)
 
 
-def plan_model(graph: Graph, arch: Arch, opts: CompileOptions, times: dict) -> Plan:
-    def timed(name, fn, *args):
-        t0 = time.perf_counter()
-        out = fn(*args)
-        times[name] = round(time.perf_counter() - t0, 4)
-        return out
-
+def plan_model(
+    graph: Graph, arch: Arch, opts: CompileOptions, timed: PassTimer | None = None
+) -> Plan:
+    """Spatial layers, replication, partition and core mapping (times in `timed`)."""
+    timed = timed if timed is not None else PassTimer()
     sg = timed("spatial-layers", _spatial, graph, arch)
     gemm = {n.name for n in graph.nodes if n.op == "Gemm"}
     fc = {ly.index for ly in sg.layers if ly.kind == LayerKind.GEMM and ly.name in gemm}
@@ -76,22 +81,12 @@ def plan_model(graph: Graph, arch: Arch, opts: CompileOptions, times: dict) -> P
 
 def compile_model(graph: Graph, arch: Arch, opts: CompileOptions):
     """Compile with the PIMCOMP algorithms; same PimProgram layout and report fields as Raptor."""
-    from raptor.compiler import CompileResult
-
-    times: dict[str, float] = {}
-    plan = plan_model(graph, arch, opts, times)
-    t0 = time.perf_counter()
+    timed = PassTimer()
+    plan = plan_model(graph, arch, opts, timed)
     if opts.mode == "throughput":
-        from raptor.pimcomp.schedule_ht import schedule_ht
-
-        cores, stats = schedule_ht(plan, opts)
+        cores, stats = timed("schedule-ht", schedule_ht, plan, opts)
     else:
-        from raptor.pimcomp.schedule_ll import schedule_ll
-
-        cores, stats = schedule_ll(plan, opts)
-    times["schedule-" + ("ht" if opts.mode == "throughput" else "ll")] = round(
-        time.perf_counter() - t0, 4
-    )
+        cores, stats = timed("schedule-ll", schedule_ll, plan, opts)
     t0 = time.perf_counter()
     ag_map, ag_w, mats = weight_tables(plan)
     meta = {"compiler": "pimcomp", "arch": arch.name, "mode": opts.mode, "pipeline": opts.pipeline}
@@ -102,19 +97,8 @@ def compile_model(graph: Graph, arch: Arch, opts: CompileOptions):
         arch, plan.sg, plan.address, plan.host_bytes, cores, ag_map, ag_w, mats, meta
     )
     prog.verify()
-    times["assemble"] = round(time.perf_counter() - t0, 4)
-    return CompileResult(prog, _report(plan, opts, prog, stats, times))
-
-
-def finish_core(arch: Arch, segments: list[np.ndarray], start_tokens) -> np.ndarray:
-    """setbw, sldi r0 0, start tokens, then the segments (empty core: empty stream)."""
-    if not segments:
-        return make(0, 0)
-    head = [
-        make(Opcode.SETBW, generic1=arch.activation_bits, generic2=arch.activation_bits),
-        make(Opcode.SLDI, rd=0, r2_or_imm=0),
-    ]
-    return concat(head + token_records(start_tokens) + segments)
+    timed.times["assemble"] = round(time.perf_counter() - t0, 4)
+    return CompileResult(prog, _report(plan, opts, prog, stats, timed.times))
 
 
 def _hop_bytes(arch: Arch, cores: list[np.ndarray]) -> float:
@@ -128,42 +112,23 @@ def _hop_bytes(arch: Arch, cores: list[np.ndarray]) -> float:
 
 def _report(plan: Plan, opts, prog, stats: dict, times: dict) -> dict[str, Any]:
     arch, sg = plan.arch, plan.sg
-    per_core = [int(len(s)) for s in prog.cores]
-    by_op: dict[str, int] = {}
-    for s in prog.cores:
-        for k, v in opcode_counts(s).items():
-            by_op[k] = by_op.get(k, 0) + v
     return {
         "compiler": "pimcomp",
         "model": sg.name,
         "arch": arch.name,
         "schedule": "HT" if opts.mode == "throughput" else "LL",
-        "cores_used": sum(1 for s in prog.cores if len(s)),
-        "crossbars_used": int(sum(sum(a) for a in prog.array_group_map)),
-        "crossbars_available": arch.total_crossbars,
-        "array_groups": int(sum(len(a) for a in prog.array_group_map)),
-        "weight_matrices": len(prog.weight_matrices),
+        **program_counts(arch, prog),
         "replication": {sg.layers[i].name: r for i, r in plan.replication.items()},
         "replication_method": opts.replication,
         "instruction_groups": stats.get("instruction_groups", plan.instruction_groups()),
         "nodes": len(sg.layers),
         "nodes_per_core": stats["nodes_per_core"],
-        "instructions_total": int(sum(per_core)),
-        "instructions_per_core": per_core,
-        "instructions_by_opcode": dict(sorted(by_op.items())),
+        **instruction_counts(prog),
         "local_memory_peak_bytes": stats["local_memory_peak_bytes"],
         "host_memory_bytes": plan.host_bytes,
         "noc_hop_bytes_estimate": _hop_bytes(arch, prog.cores),
         "estimated_layer_ns": {},
         "estimated_core_ns_max": 0.0,
         "event_registers_max": stats.get("event_registers", 0),
-        "pass_time_s": times,
-        "compile_time_s": round(sum(times.values()), 4),
-        "options": asdict(opts),
+        **timing_fields(opts, times),
     }
-
-
-def synchronize(plan: Plan, nodes, pipeline: int) -> SpatialGraph:
-    """Raptor's synchronization pass over the schedule's per-core nodes."""
-    sg = replace(plan.sg, nodes=nodes, core_count=plan.arch.core_count)
-    return SynchronizationPass(pipeline=pipeline).apply(plan.arch, sg)

@@ -1,7 +1,7 @@
 """What both PIMCOMP schedules share: the plan (layers, host layout, mapped AGs), keyed
 instruction blocks merged into one program order per core, and the per-core AG/weight tables.
 
-A schedule emits `Block`s (raptor.pim.lowering: one instruction template over lanes) together with
+A schedule emits `Block`s (raptor.pim.emit: one instruction template over lanes) together with
 an int64 sort key per lane; `KeyedStream.build` orders all records by key with a stable sort, so
 each lane's instructions stay contiguous and blocks built separately (AGs, padding classes,
 replicas) interleave in instruction-group order without a Python object per instruction.
@@ -9,15 +9,18 @@ replicas) interleave in instruction-group order without a Python object per inst
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from raptor.arch import Arch
+from raptor.isa.opcodes import Opcode
 from raptor.isa.table import concat, make
-from raptor.pim.lowering import Block
+from raptor.pim.codegen import token_records
+from raptor.pim.emit import Block
 from raptor.pimcomp.partition import ArrayGroup
 from raptor.spatial.ir import Layer, SpatialGraph
+from raptor.spatial.sync import SynchronizationPass
 from raptor.spatial.tiling import split_range
 
 KEY_SUB = 1 << 22  # sub-slots of one (instruction group, phase) key
@@ -111,3 +114,20 @@ def weight_tables(plan: Plan) -> tuple[list[list[int]], list[list[int]], list[np
         ag_w.append(ws)
     _ = arch
     return ag_map, ag_w, matrices
+
+
+def finish_core(arch: Arch, segments: list[np.ndarray], start_tokens) -> np.ndarray:
+    """setbw, sldi r0 0, start tokens, then the segments (empty core: empty stream)."""
+    if not segments:
+        return make(0, 0)
+    head = [
+        make(Opcode.SETBW, generic1=arch.activation_bits, generic2=arch.activation_bits),
+        make(Opcode.SLDI, rd=0, r2_or_imm=0),
+    ]
+    return concat(head + token_records(start_tokens) + segments)
+
+
+def synchronize(plan: Plan, nodes, pipeline: int) -> SpatialGraph:
+    """Raptor's synchronization pass over the schedule's per-core nodes."""
+    sg = replace(plan.sg, nodes=nodes, core_count=plan.arch.core_count)
+    return SynchronizationPass(pipeline=pipeline).apply(plan.arch, sg)

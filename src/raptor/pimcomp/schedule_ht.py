@@ -22,28 +22,27 @@ import math
 
 import numpy as np
 
-from raptor.isa.opcodes import OFFSET_RD, Opcode
+from raptor.isa.opcodes import Opcode
 from raptor.pim.codegen import token_records
-from raptor.pim.lowering import (
+from raptor.pim.emit import (
     R_CONST,
     R_IN0,
     R_OUT,
-    R_ZERO,
     TEMPS,
     Block,
-    LowerCtx,
     Regs,
     emit_activation,
     emit_ld,
     emit_st,
     emit_vv,
-    lower_node,
-    window_segments,
-    zero_runs,
+    emit_zero,
 )
+from raptor.pim.lowering import lower_node
+from raptor.pim.lowering_ctx import LowerCtx
 from raptor.pim.memalloc import LocalAllocator
+from raptor.pim.window import window_padding
 from raptor.pimcomp.partition import ArrayGroup
-from raptor.pimcomp.program import KeyedStream, Plan, lane_key
+from raptor.pimcomp.program import KeyedStream, Plan, finish_core, lane_key, synchronize
 from raptor.spatial.geometry import window_classes
 from raptor.spatial.ir import ComputeNode, LayerKind, NodeKind
 from raptor.spatial.tiling import split_range
@@ -57,19 +56,9 @@ def load_window(
     """lldi 0 over the padded rows of the AG's window, then ld of its in-bounds rows."""
     eb = plan.arch.element_bytes
     layer = plan.sg.layers[ag.layer]
-    segs = window_segments(layer, cls, ag.r0, ag.r1)
-    covered = np.zeros(ag.r1 - ag.r0, bool)
-    for s, n, _ in segs:
-        covered[s - ag.r0 : s - ag.r0 + n] = True
-    for s, n in zero_runs(covered):
-        b.add(
-            Opcode.LLDI,
-            rd=R_ZERO,
-            r2_or_imm=0,
-            generic1=OFFSET_RD,
-            generic2=win + s * eb,
-            generic3=n * eb,
-        )
+    segs, zeros = window_padding(layer, cls, ag.r0, ag.r1)
+    for s, n in zeros:
+        emit_zero(b, win + s * eb, n * eb)
     for s, n, host in segs:
         emit_ld(b, regs, win + (s - ag.r0) * eb, base_reg, host * eb, n * eb)
 
@@ -208,7 +197,6 @@ def lower(plan: Plan, node: ComputeNode) -> tuple[np.ndarray, int]:
 
 def schedule_ht(plan: Plan, opts) -> tuple[list[np.ndarray], dict]:
     """Per-core streams of the HT schedule and their statistics."""
-    from raptor.pimcomp import finish_core, synchronize
 
     arch = plan.arch
     g = gemm_nodes(plan)
@@ -236,5 +224,5 @@ def schedule_ht(plan: Plan, opts) -> tuple[list[np.ndarray], dict]:
         "layer_spans": spans,
         "local_memory_peak_bytes": peak,
         "nodes_per_core": count,
-        "event_registers": sg.notes.get("event_registers", 0),
+        "event_registers": sg.notes.event_registers,
     }

@@ -32,7 +32,7 @@ import numpy as np
 from raptor.errors import UnsupportedOpError
 from raptor.isa.opcodes import OFFSET_RD, OFFSET_RS1, Opcode
 from raptor.isa.table import make
-from raptor.pim.lowering import (
+from raptor.pim.emit import (
     R_CONST,
     R_OUT,
     R_ZERO,
@@ -41,21 +41,14 @@ from raptor.pim.lowering import (
     Regs,
     emit_activation,
     emit_vv,
-    window_segments,
-    zero_runs,
+    emit_zero,
 )
+from raptor.pim.window import window_padding
 from raptor.pimcomp.memory import PROLOGUE, Site, TimedAllocator, row_slots
-from raptor.pimcomp.program import KeyedStream, Plan
-from raptor.spatial.geometry import pool_counts, window_classes
+from raptor.pimcomp.program import KeyedStream, Plan, finish_core
+from raptor.pimcomp.schedule_ll_vector import VectorLayers, ll_key
+from raptor.spatial.geometry import window_classes
 from raptor.spatial.ir import BufferRole, Layer, LayerKind, TensorView
-
-SUB = 1 << 26
-VECTOR_SHARE = 1 / 8  # of local memory a pool/Add/activation core may fill with live inputs
-
-
-def _key(step, stage: int, layer: int, phase: int, sub, n_layers: int) -> np.ndarray:
-    step = np.asarray(step, dtype=np.int64)
-    return (((step * 2 + stage) * n_layers + layer) * 4 + phase) * SUB + np.asarray(sub, np.int64)
 
 
 def _window_max(layer: Layer, grid: np.ndarray) -> np.ndarray:
@@ -92,7 +85,7 @@ def _first(kv):
     return kv[0]
 
 
-class _LL:
+class _LL(VectorLayers):
     def __init__(self, plan: Plan):
         self.plan, self.arch, self.sg = plan, plan.arch, plan.sg
         self.eb = plan.arch.element_bytes
@@ -313,18 +306,9 @@ class _LL:
                 k = order[c] = order.get(c, -1) + 1
                 for cls in window_classes(ly, p0, p1):
                     b = Block(len(cls.pixels))
-                    segs = window_segments(lly, cls, a.r0, a.r1)
-                    covered = np.zeros(a.r1 - a.r0, bool)
-                    for s, n, _ in segs:
-                        covered[s - a.r0 : s - a.r0 + n] = True
-                    for s, n in zero_runs(covered):
-                        b.add(
-                            Opcode.LLDI,
-                            rd=R_ZERO,
-                            generic1=OFFSET_RD,
-                            generic2=win[a] + s * eb,
-                            generic3=n * eb,
-                        )
+                    segs, zeros = window_padding(lly, cls, a.r0, a.r1)
+                    for s, n in zeros:
+                        emit_zero(b, win[a] + s * eb, n * eb)
                     for s, n, off in segs:
                         b.add(
                             Opcode.LMV,
@@ -341,7 +325,7 @@ class _LL:
                         r2_or_imm=self.arch.weight_bits,
                         generic2=plan.group_id[a],
                     )
-                    self.ks[c].add(b, _key(steps[cls.pixels], 0, i, 0, k, self.nl))
+                    self.ks[c].add(b, ll_key(steps[cls.pixels], 0, i, 0, k, self.nl))
         transfer = 0
         self.produced[i] = []
         for gi, ((rep, _), ags) in enumerate(groups):
@@ -358,7 +342,7 @@ class _LL:
                     b = Block(len(p))
                     for a in local[1:]:
                         emit_vv(b, self.regs[c], Opcode.VVADD, heads[c], heads[c], psum[a], cols)
-                    self.ks[c].add(b, _key(st, 0, i, 1, gi, self.nl))
+                    self.ks[c].add(b, ll_key(st, 0, i, 1, gi, self.nl))
             senders = [c for c in sorted(heads) if c != acc]
             t0, t1 = self.span(st)
             tmp = self.mem[acc].alloc(cols * eb, t0, t1, f"tmp {ly.name}")
@@ -367,11 +351,11 @@ class _LL:
                 b.add(
                     Opcode.SEND, rd=self.regs[s].loc(heads[s], b), r2_or_imm=acc, generic3=cols * eb
                 )
-                self.ks[s].add(b, _key(st, 0, i, 2, transfer + s_i, self.nl))
+                self.ks[s].add(b, ll_key(st, 0, i, 2, transfer + s_i, self.nl))
                 b = Block(len(p))
                 b.add(Opcode.RECV, rd=self.regs[acc].loc(tmp, b), r2_or_imm=s, generic3=cols * eb)
                 emit_vv(b, self.regs[acc], Opcode.VVADD, heads[acc], heads[acc], tmp, cols)
-                self.ks[acc].add(b, _key(st, 0, i, 2, transfer + s_i, self.nl))
+                self.ks[acc].add(b, ll_key(st, 0, i, 2, transfer + s_i, self.nl))
             transfer += len(senders)
             bias = self.biases.get((acc, i, c0))
             if bias is None:  # one copy per core (loaded at the start, freed after the layer)
@@ -387,150 +371,9 @@ class _LL:
             emit_vv(b, r, Opcode.VVADD, heads[acc], heads[acc], bias, cols)
             emit_activation(b, r, ly.activation, heads[acc], tmp, cols)
             self.store_output(b, acc, ly, p, heads[acc], c0, c1)
-            self.ks[acc].add(b, _key(st, 0, i, 3, gi, self.nl))
+            self.ks[acc].add(b, ll_key(st, 0, i, 3, gi, self.nl))
             self.produced[i].append((acc, p, np.full(len(p), heads[acc]), c0, c1))
 
-    def vector_parts(self, ly: Layer, steps: np.ndarray) -> list[tuple[int, int, int]]:
-        """(core, first, end output pixel) of each part of a pool/Add/activation layer: one part
-        on core `index mod #cores` (released code) unless the input pixels live at once on that
-        core would exceed VECTOR_SHARE of local memory; then k parts of whole output rows on
-        cores spread over the chip (as DAC'23 splits such ops by the predecessor's replicas)."""
-        n = self.arch.core_count
-        oh, ow = ly.output.height, ly.output.width
-        live = 0
-        for vi, v in enumerate(ly.inputs):
-            if self.sg.buffers[v.buffer].role == BufferRole.INPUT:
-                arr = np.full(v.pixels, PROLOGUE, np.int64)
-            else:
-                arr = 2 * self.view_steps(v, first=True) + 1
-            last = np.maximum(2 * self.last_use(ly, vi, steps), arr)
-            t = np.concatenate([arr, last + 1])
-            d = np.concatenate([np.ones(v.pixels, np.int64), -np.ones(v.pixels, np.int64)])
-            live += int(np.cumsum(d[np.lexsort((d, t))]).max()) * v.channels * self.eb
-        budget = self.arch.core.local_memory.memory_size * VECTOR_SHARE
-        k = max(1, min(int(-(-live // budget)), oh, n))
-        edges = np.linspace(0, oh, k + 1).round().astype(int)
-        return [
-            ((ly.index + j * (n // k)) % n, int(edges[j]) * ow, int(edges[j + 1]) * ow)
-            for j in range(k)
-        ]
-
-    def vector(self, ly: Layer) -> None:
-        eb, i = self.eb, ly.index
-        steps = self.ready(ly)
-        self.steps[i] = steps
-        self.vparts[i] = self.vector_parts(ly, steps)
-        self.place_inputs(ly)
-        ch = ly.output.channels
-        T = TEMPS[0]
-        self.produced[i] = []
-        for part, (c, q0, q1) in enumerate(self.vparts[i]):
-            self.used[c] = True
-            st = steps[q0:q1]
-            # staging slot of each output pixel: its rank among the part's pixels of its IG
-            order = np.lexsort((np.arange(len(st)), st))
-            slot = np.empty(len(st), np.int64)
-            first = np.searchsorted(st[order], st[order], side="left")
-            slot[order] = np.arange(len(st)) - first
-            t0, t1 = self.span(st)
-            size = (int(slot.max()) + 1) * ch * eb
-            stage = self.mem[c].alloc(size, t0, t1, f"stage {ly.name}")
-            out = np.zeros(ly.out_pixels, np.int64)
-            out[q0:q1] = stage + slot * ch * eb
-            if ly.kind in (LayerKind.MAXPOOL, LayerKind.AVGPOOL):
-                site = self.sites[i, 0][c, part]
-                v = ly.inputs[0]
-                op = Opcode.VVMAX if ly.kind == LayerKind.MAXPOOL else Opcode.VVADD
-                recip = None
-                if ly.kind == LayerKind.AVGPOOL:
-                    counts = pool_counts(ly)
-                    size = len(counts) * ch * eb
-                    recip = self.mem[c].alloc(size, PROLOGUE, t1, f"recip {ly.name}")
-                    self.pro[c].append(
-                        make(
-                            Opcode.SLDI,
-                            rd=R_CONST,
-                            r2_or_imm=self.plan.address[f"{ly.name}.recip"],
-                        )
-                    )
-                    self.prologue_ld(c, recip, R_CONST, 0, size)
-                for cls in window_classes(ly, q0, q1):
-                    b = Block(len(cls.pixels))
-                    o = out[cls.pixels]
-                    b.add(Opcode.SLDI, rd=TEMPS[1], r2_or_imm=o)
-                    first_pos = True
-                    for ii in range(cls.ilo, cls.ihi):
-                        for j in range(cls.jlo, cls.jhi):
-                            q = (cls.iy0 + ii) * v.width + cls.ix0 + j
-                            src = site.byte((q - site.base) * ch, eb)
-                            if first_pos:
-                                b.add(
-                                    Opcode.LMV,
-                                    rd=TEMPS[1],
-                                    r1=R_ZERO,
-                                    generic1=OFFSET_RS1,
-                                    generic2=src,
-                                    generic3=ch * eb,
-                                )
-                                first_pos = False
-                            else:
-                                b.add(Opcode.SLDI, rd=T, r2_or_imm=src)
-                                b.add(op, rd=TEMPS[1], r1=TEMPS[1], r2_or_imm=T, generic3=ch)
-                    if recip is not None:
-                        kk = pool_counts(ly).index(
-                            ly.kernel_shape[0] * ly.kernel_shape[1]
-                            if ly.count_include_pad
-                            else cls.count
-                        )
-                        b.add(Opcode.SLDI, rd=TEMPS[2], r2_or_imm=recip + kk * ch * eb)
-                        b.add(
-                            Opcode.VVMUL, rd=TEMPS[1], r1=TEMPS[1], r2_or_imm=TEMPS[2], generic3=ch
-                        )
-                    self._finish_vector(b, c, ly, cls.pixels, steps, o)
-            else:
-                p = np.arange(q0, q1)
-                b = Block(len(p))
-                b.add(Opcode.SLDI, rd=TEMPS[1], r2_or_imm=out[p])
-                srcs = []
-                for vi in range(len(ly.inputs)):
-                    site = self.sites[i, vi][c, part]
-                    srcs.append(site.byte((p - site.base) * ch, eb))
-                b.add(
-                    Opcode.LMV,
-                    rd=TEMPS[1],
-                    r1=R_ZERO,
-                    generic1=OFFSET_RS1,
-                    generic2=srcs[0],
-                    generic3=ch * eb,
-                )
-                for s in srcs[1:]:
-                    b.add(Opcode.SLDI, rd=T, r2_or_imm=s)
-                    b.add(Opcode.VVADD, rd=TEMPS[1], r1=TEMPS[1], r2_or_imm=T, generic3=ch)
-                self._finish_vector(b, c, ly, p, steps, out[p])
-            self.produced[i].append((c, np.arange(q0, q1), out[q0:q1], 0, ch))
-
-    def _finish_vector(self, b: Block, c: int, ly: Layer, p, steps, out) -> None:
-        ch = ly.output.channels
-        if ly.activation == "silu":
-            raise UnsupportedOpError(f"pimcomp LL: silu on vector layer {ly.name}")
-        if ly.activation == "relu":
-            b.add(Opcode.VRELU, rd=TEMPS[1], r1=TEMPS[1], generic3=ch)
-        elif ly.activation == "sigmoid":
-            b.add(Opcode.VSIGM, rd=TEMPS[1], r1=TEMPS[1], generic3=ch)
-        o = ly.output
-        if self.sg.buffers[o.buffer].role == BufferRole.OUTPUT:
-            b.add(Opcode.SLDI, rd=R_OUT, r2_or_imm=self.plan.address[o.buffer])
-            b.add(
-                Opcode.ST,
-                rd=R_OUT,
-                r1=TEMPS[1],
-                generic1=OFFSET_RD,
-                generic2=(o.channel_offset + p * o.pixel_stride) * self.eb,
-                generic3=ch * self.eb,
-            )
-        self.ks[c].add(b, _key(steps[p], 0, ly.index, 3, 0, self.nl))
-
-    # ------------------------------------------------------------------ forwarding
     def forward(self, ly: Layer) -> None:
         """Transfers of every produced pixel of ly to the cores that read it (IG end)."""
         eb, o = self.eb, ly.output
@@ -574,7 +417,7 @@ class _LL:
         size = np.concatenate([np.full(len(r[0]), r[5]) for r in rows])
         sub = np.empty(len(st), np.int64)
         sub[np.lexsort((da, dst, src, st))] = np.arange(len(st))
-        key = _key(st, 1, ly.index, 0, sub, self.nl)
+        key = ll_key(st, 1, ly.index, 0, sub, self.nl)
         T = TEMPS[0]
         for s_core in np.unique(src):
             for d_core in np.unique(dst[src == s_core]):
@@ -613,7 +456,6 @@ class _LL:
 
 def schedule_ll(plan: Plan, opts) -> tuple[list[np.ndarray], dict]:
     """Per-core streams of the LL schedule and their statistics."""
-    from raptor.pimcomp import finish_core
 
     ll = _LL(plan)
     for ly in plan.sg.layers:

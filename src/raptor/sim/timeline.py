@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from raptor.sim.trace import KIND_CATEGORY, TRACK_STRIDE
+from raptor.sim.trace import FLOW_SEND, KIND_CATEGORY, TRACK_STRIDE, write_chrome_trace
 
 CLASSES = (
     "matrix",
@@ -79,7 +79,7 @@ def timeline_png(report, path: str | Path, title: str = "", bins: int = 1000) ->
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
-    from raptor.suite.charts import save_figure
+    from raptor.figures import save_figure
 
     slices = report.trace.arrays()
     cores = [c.core for c in report.per_core if c.instructions]
@@ -156,8 +156,7 @@ def gantt_png(
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    from raptor.sim.trace import FLOW_SEND
-    from raptor.suite.charts import save_figure
+    from raptor.figures import save_figure
 
     s = report.trace.arrays()
     row = {c: i for i, c in enumerate(cores)}
@@ -211,3 +210,16 @@ def gantt_png(
     path = Path(path)
     save_figure(fig, path)
     return path
+
+
+def save_trace(report, meta: dict, path: str | Path, png: str | Path | None = None) -> str:
+    """Write the trace JSON of a traced run to `path` and its heat map (raptor.sim.timeline) to
+    `png` (default: `path` with .png); returns a one-line summary."""
+    path = Path(path)
+    title = f"{meta.get('compiler', '')} {meta.get('arch', '')} {report.mode}".strip()
+    s = write_chrome_trace(report, meta, path, title)
+    png = timeline_png(report, Path(png) if png else path.with_suffix(".png"), title)
+    return (
+        f"trace: {path} ({s['bytes'] / 1e6:.1f} MB, {s['slices']} slices, {s['flows']} flows"
+        f"{', capped' if s['capped'] else ''}), heat map: {png}"
+    )

@@ -461,18 +461,3 @@ def _other(report, meta: dict) -> dict[str, Any]:
         "latency_ns": report.latency_ns,
         "deadlines_ns": list(report.deadlines_ns),
     }
-
-
-def save_trace(report, meta: dict, path: str | Path, png: str | Path | None = None) -> str:
-    """Write the trace JSON of a traced run to `path` and its heat map (raptor.sim.timeline) to
-    `png` (default: `path` with .png); returns a one-line summary."""
-    from raptor.sim.timeline import timeline_png
-
-    path = Path(path)
-    title = f"{meta.get('compiler', '')} {meta.get('arch', '')} {report.mode}".strip()
-    s = write_chrome_trace(report, meta, path, title)
-    png = timeline_png(report, Path(png) if png else path.with_suffix(".png"), title)
-    return (
-        f"trace: {path} ({s['bytes'] / 1e6:.1f} MB, {s['slices']} slices, {s['flows']} flows"
-        f"{', capped' if s['capped'] else ''}), heat map: {png}"
-    )

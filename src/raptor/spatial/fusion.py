@@ -11,13 +11,14 @@ produced by an earlier layer (cores run nodes in layer order; synchronization or
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from raptor.arch import Arch
 from raptor.spatial.ir import BufferRole, LayerKind, SpatialGraph, TensorView
 
 
-def _same(a: TensorView, b: TensorView) -> bool:
+def same_view(a: TensorView, b: TensorView) -> bool:
     return (a.buffer, a.channel_offset, a.pixel_stride, a.channels, a.pixels) == (
         b.buffer,
         b.channel_offset,
@@ -27,10 +28,11 @@ def _same(a: TensorView, b: TensorView) -> bool:
     )
 
 
+@dataclass(frozen=True)
 class ResidualFusionPass:
     name: ClassVar[str] = "residual-add-fusion"
 
-    def apply(self, sg: SpatialGraph) -> SpatialGraph:
+    def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
         layers = list(sg.layers)
         readers: dict[str, int] = {}
         for ly in layers:
@@ -52,7 +54,7 @@ class ResidualFusionPass:
                     or g.index in fused
                     or len(g.inputs) != 1
                     or g.activation is not None
-                    or not _same(g.output, v)
+                    or not same_view(g.output, v)
                     or not v.contiguous
                     or v.channel_offset != 0
                     or readers.get(v.buffer, 0) != 1
@@ -85,5 +87,5 @@ class ResidualFusionPass:
                 ly = fused[ly.index]  # type: ignore[assignment]
             out_layers.append(replace(ly, index=len(out_layers)))
         out = replace(sg, layers=out_layers, buffers=buffers)
-        out.notes = {**sg.notes, "fused_adds": len(drop)}
+        out.notes = replace(sg.notes, fused_adds=len(drop))
         return out

@@ -12,7 +12,7 @@ Concat is free and Flatten is a view.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 
 import numpy as np
 
@@ -136,16 +136,48 @@ class ComputeNode:
         return self.p1 - self.p0
 
 
+class TokenKind(StrEnum):
+    """A `sync event, target` or a `wait event, count` token."""
+
+    SYNC = "sync"
+    WAIT = "wait"
+
+
 @dataclass(frozen=True, slots=True)
 class SyncToken:
-    """`sync event, target` (kind "sync") or `wait event, count` (kind "wait") attached before or
+    """`sync event, target` (kind SYNC) or `wait event, count` (kind WAIT) attached before or
     after a node on `core`; `buffer` names the host buffer it orders."""
 
     core: int
-    kind: str
+    kind: TokenKind
     event: int
     value: int  # target core for sync, count for wait
     buffer: str
+
+
+@dataclass(frozen=True)
+class DepthwiseGroup:
+    """One depthwise Conv packed block-diagonally (spatial/build.py)."""
+
+    name: str
+    channels: int
+    kernel: int  # kh * kw
+    per_block: int  # channels per crossbar row block
+
+
+@dataclass(frozen=True)
+class SpatialNotes:
+    """What the passes record about the graph for the compile report and codegen."""
+
+    depthwise: tuple[DepthwiseGroup, ...] = ()  # packed depthwise Convs (build)
+    # strided views of TENSOR layer outputs: tensor -> (buffer, offset, shape, strides) (build)
+    tensor_views: dict[str, tuple[str, int, tuple[int, ...], tuple[int, ...]]] = field(
+        default_factory=dict
+    )
+    fused_adds: int = 0  # residual Adds fused into GEMM layers (fusion)
+    merged_siblings: int = 0  # sibling GEMM layers merged away (sibling)
+    event_registers: int = 0  # event registers per core, the most any core uses (sync)
+    band_tokens: bool | None = None  # sync used row-band tokens; None: sync did not run
 
 
 @dataclass
@@ -172,7 +204,7 @@ class SpatialGraph:
     band_after: dict[tuple[int, int], list[SyncToken]] = field(default_factory=dict)
     const_values: dict[str, np.ndarray] = field(default_factory=dict)
     replication: dict[str, int] = field(default_factory=dict)
-    notes: dict[str, object] = field(default_factory=dict)
+    notes: SpatialNotes = field(default_factory=SpatialNotes)
     noc: object | None = None  # raptor.spatial.noc.NocPlan: edges carried over the NoC
 
     def with_nodes(self, nodes: list[ComputeNode]) -> SpatialGraph:

@@ -6,7 +6,7 @@ above the ideal per-core load (total work / cores), beyond which replicas cannot
 layers and row-group reductions are split into pixel ranges of about the same time. Nodes are
 packed into cores crossbars-first, least-loaded core (merging.py), then cores are renumbered so that consecutive layers sit on
 neighbouring cores along a snake order of the mesh (cuts hop-bytes). Assumes tiling has run.
-Disabled, `plain_assignment` gives every layer one replica and first-fit cores in program order.
+Disabled, `PlainAssignmentPass` (`plain_assignment`) gives every layer one replica and first-fit cores in program order.
 """
 
 from __future__ import annotations
@@ -158,16 +158,20 @@ class SpatialPlanningPass:
     latency: bool = False  # plan for one input's latency rather than pipeline throughput
     span: int | None = None  # layer window per core (merging.pack_balanced), pipelined mode
     noc: bool = False  # the NoC dataflow pass follows (spatial/noc.py)
+    span_share: float | None = None  # span = this share of the graph's layers (overrides span)
     name: ClassVar[str] = "spatial-planning"
 
     def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
+        span = self.span
+        if self.span_share is not None:
+            span = max(1, int(len(sg.layers) * self.span_share))
         last_err: PassFailedError | None = None
         for scale in (1.0, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.0):
             reps, splits = choose_replication(arch, sg, scale, self.latency, self.noc)
             nodes = make_nodes(sg, arch, reps, splits)
             times = np.array([node_ns(arch, sg.layers[n.layer], n) for n in nodes])
             try:
-                placed, _ = pack_balanced(arch, nodes, times, self.span)
+                placed, _ = pack_balanced(arch, nodes, times, span)
             except PassFailedError as e:
                 last_err = e
                 continue
@@ -175,6 +179,16 @@ class SpatialPlanningPass:
             out.replication = {sg.layers[i].name: r for i, r in reps.items()}
             return out
         raise last_err  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class PlainAssignmentPass:
+    """What runs when planning is disabled (`plain_assignment`)."""
+
+    name: ClassVar[str] = "plain-assignment"
+
+    def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
+        return plain_assignment(arch, sg)
 
 
 def plain_assignment(arch: Arch, sg: SpatialGraph) -> SpatialGraph:

@@ -13,19 +13,21 @@ layer takes the place of the first sibling, which precedes every consumer of eve
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
 
-from raptor.spatial.fusion import _same
+from raptor.arch import Arch
+from raptor.spatial.fusion import same_view
 from raptor.spatial.ir import Buffer, BufferRole, LayerKind, SpatialGraph, TensorView
 
 
+@dataclass(frozen=True)
 class SiblingMergePass:
     name: ClassVar[str] = "sibling-gemm-merge"
 
-    def apply(self, sg: SpatialGraph) -> SpatialGraph:
+    def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
         layers = list(sg.layers)
         outputs = {b for _, b, _ in sg.outputs}
         writers: dict[str, int] = {}
@@ -54,7 +56,7 @@ class SiblingMergePass:
             ):
                 return False
             return all(
-                r.kind != LayerKind.TENSOR and _same(v, o) and v.chw is None
+                r.kind != LayerKind.TENSOR and same_view(v, o) and v.chw is None
                 for r, v in readers[o.buffer]
             )
 
@@ -133,5 +135,5 @@ class SiblingMergePass:
             ins = tuple(remap.get(v.buffer, v) for v in ly.inputs)
             out_layers.append(replace(ly, index=len(out_layers), inputs=ins))
         out = replace(sg, layers=out_layers, buffers=buffers, const_values=consts)
-        out.notes = {**sg.notes, "merged_siblings": count}
+        out.notes = replace(sg.notes, merged_siblings=count)
         return out

@@ -16,11 +16,11 @@ layers overlap within one inference; the buffer tokens remain the fallback past 
 Credit tokens (throughput mode, pipeline > 1) keep B alive until its last reader is done and gate
 the restart of its writers. Two placements:
 
-* `credits="end"` (Raptor): each reader C of B sends `sync ev', P` right after its LAST node
+* `credits=Credits.END` (Raptor): each reader C of B sends `sync ev', P` right after its LAST node
   reading B in round r, and each writer P waits `wait ev', |readers|` at the END of its round r,
   just before it restarts. No initial credit is needed, and P's round r+1 overlaps the rest of
   C's round r (C's later nodes) instead of waiting for C's whole round.
-* `credits="start"` (the pimcomp baseline's schedules): C sends its credit at the start of its
+* `credits=Credits.START` (the pimcomp baseline's schedules): C sends its credit at the start of its
   program (round r+1 starts only after C finished reading B in round r) and P waits before its
   first node writing B, so round 0 runs on the initial credit.
 
@@ -36,6 +36,7 @@ order.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import ClassVar
 
 from raptor.arch import Arch
@@ -49,6 +50,7 @@ from raptor.spatial.ir import (
     NodeKind,
     SpatialGraph,
     SyncToken,
+    TokenKind,
 )
 from raptor.spatial.noc import host_views
 
@@ -70,12 +72,19 @@ def node_reads(sg: SpatialGraph, n: ComputeNode) -> list[str]:
     return list(dict.fromkeys(v.buffer for _, v in host_views(sg, n, sg.noc)))
 
 
+class Credits(StrEnum):
+    """When a reader returns its credit for a buffer (module docstring)."""
+
+    START = "start"
+    END = "end"
+
+
 @dataclass(frozen=True)
 class SynchronizationPass:
     """Insert data and credit tokens (see module docstring); `pipeline` > 1 adds credits."""
 
     pipeline: int = 1
-    credits: str = "start"  # "start" | "end" (module docstring)
+    credits: Credits = Credits.START  # module docstring
     bands: bool = False  # row-band data tokens (module docstring); falls back to buffer tokens
     name: ClassVar[str] = "synchronization"
 
@@ -85,7 +94,7 @@ class SynchronizationPass:
             if banded is not None:
                 return banded
         out = self._apply(arch, sg)
-        out.notes = {**out.notes, "band_tokens": False}
+        out.notes = replace(out.notes, band_tokens=False)
         return out
 
     def _apply(self, arch: Arch, sg: SpatialGraph, data: bool = True) -> SpatialGraph:
@@ -135,11 +144,11 @@ class SynchronizationPass:
                     continue
                 ev = new_event(c, buf)
                 before.setdefault(first_read[c, buf], []).append(
-                    SyncToken(c, "wait", ev, len(others), buf)
+                    SyncToken(c, TokenKind.WAIT, ev, len(others), buf)
                 )
                 for p in others:
                     after.setdefault(last_write[p, buf], []).append(
-                        SyncToken(p, "sync", ev, c, buf)
+                        SyncToken(p, TokenKind.SYNC, ev, c, buf)
                     )
             if self.pipeline > 1 and sg.buffers[buf].role != BufferRole.OUTPUT:
                 for p in ws:
@@ -147,26 +156,28 @@ class SynchronizationPass:
                     if not others:
                         continue
                     ev = new_event(p, buf)
-                    if self.credits == "end":
-                        end.setdefault(p, []).append(SyncToken(p, "wait", ev, len(others), buf))
+                    if self.credits == Credits.END:
+                        end.setdefault(p, []).append(
+                            SyncToken(p, TokenKind.WAIT, ev, len(others), buf)
+                        )
                         for c in others:
                             after.setdefault(last_read[c, buf], []).append(
-                                SyncToken(c, "sync", ev, p, buf)
+                                SyncToken(c, TokenKind.SYNC, ev, p, buf)
                             )
                         continue
                     # the credit wait goes before the data waits of the same node
                     before.setdefault(first_write[p, buf], []).insert(
-                        0, SyncToken(p, "wait", ev, len(others), buf)
+                        0, SyncToken(p, TokenKind.WAIT, ev, len(others), buf)
                     )
                     for c in others:
-                        start.setdefault(c, []).append(SyncToken(c, "sync", ev, p, buf))
+                        start.setdefault(c, []).append(SyncToken(c, TokenKind.SYNC, ev, p, buf))
         used = events
         if max(events.values(), default=0) > NUM_EVENT_REGISTERS:
             before, after, start, end, used = _reuse_events(sg, by_core, before, after, start, end)
         out = replace(
             sg, tokens_before=before, tokens_after=after, tokens_start=start, tokens_end=end
         )
-        out.notes = {**sg.notes, "event_registers": max(used.values(), default=0)}
+        out.notes = replace(sg.notes, event_registers=max(used.values(), default=0))
         return out
 
 
@@ -197,7 +208,7 @@ def _reuse_events(sg: SpatialGraph, by_core, before, after, start, end):
     producers: dict[tuple[int, int], int] = {}  # (reader core, virtual event) -> layer bitset
     for nid, toks in after.items():
         for t in toks:
-            if t.kind == "sync":
+            if t.kind == TokenKind.SYNC:
                 producers[t.value, t.event] = producers.get((t.value, t.event), 0) | (
                     1 << layer_of[nid]
                 )
@@ -206,7 +217,12 @@ def _reuse_events(sg: SpatialGraph, by_core, before, after, start, end):
     # with credits, a producer may restart and sync a reused register again as soon as this core
     # sent its credit (after its last read of the buffer): reuse only while that read is pending
     piped = any(start.values()) or any(end.values())
-    buf_of = {(t.core, t.event): t.buffer for ts in before.values() for t in ts if t.kind == "wait"}
+    buf_of = {
+        (t.core, t.event): t.buffer
+        for ts in before.values()
+        for t in ts
+        if t.kind == TokenKind.WAIT
+    }
     phys: dict[tuple[int, int], int] = {}
     used: dict[int, int] = {}
     for core, nodes in by_core.items():
@@ -223,7 +239,7 @@ def _reuse_events(sg: SpatialGraph, by_core, before, after, start, end):
         last: list[tuple[int, int]] = []  # (register, layer of its last wait)
         for n in nodes:
             for t in before.get(n.id, []):
-                if t.kind != "wait" or (core, t.event) in credit:
+                if t.kind != TokenKind.WAIT or (core, t.event) in credit:
                     continue
                 need = producers.get((core, t.event), 0)
                 here = at[n.id]
@@ -250,7 +266,8 @@ def _reuse_events(sg: SpatialGraph, by_core, before, after, start, end):
         out = {}
         for k, ts in toks.items():
             out[k] = [
-                _r(t, event=phys[(t.value if t.kind == "sync" else t.core), t.event]) for t in ts
+                _r(t, event=phys[(t.value if t.kind == TokenKind.SYNC else t.core), t.event])
+                for t in ts
             ]
         return out
 
@@ -339,7 +356,7 @@ def _band_tokens(sg: SpatialGraph, base: SpatialGraph) -> SpatialGraph | None:
     credit_regs: dict[int, int] = {}
     for toks in (*base.tokens_start.values(), *base.tokens_end.values()):
         for t in toks:
-            c = t.value if t.kind == "sync" else t.core
+            c = t.value if t.kind == TokenKind.SYNC else t.core
             credit_regs[c] = max(credit_regs.get(c, 0), t.event + 1)
     before: dict[tuple[int, int], list[SyncToken]] = {}
     after: dict[tuple[int, int], list[SyncToken]] = {}
@@ -403,11 +420,13 @@ def _band_tokens(sg: SpatialGraph, base: SpatialGraph) -> SpatialGraph | None:
             toks = []
             for p, t in sorted(target.items()):
                 if p in solo and t > done[p]:
-                    toks.append(SyncToken(c, "wait", reg[p], t - done[p], "band"))
+                    toks.append(SyncToken(c, TokenKind.WAIT, reg[p], t - done[p], "band"))
                 done[p] = max(done[p], t)
             if nid in groups and nid not in first_band:
                 first_band[nid] = i
-                toks.insert(0, SyncToken(c, "wait", greg[nid], len(groups[nid]), "band-group"))
+                toks.insert(
+                    0, SyncToken(c, TokenKind.WAIT, greg[nid], len(groups[nid]), "band-group")
+                )
             if toks:
                 before[nid, i] = toks
         for p, total in done.items():
@@ -418,22 +437,20 @@ def _band_tokens(sg: SpatialGraph, base: SpatialGraph) -> SpatialGraph | None:
                 (nid,) = nodes_of[p]
                 k = ordered[total - 1][0]
                 g_nid, bi, buf = seq[p][k]
-                after.setdefault((g_nid, bi), []).append(SyncToken(p, "sync", greg[nid], c, buf))
+                after.setdefault((g_nid, bi), []).append(
+                    SyncToken(p, TokenKind.SYNC, greg[nid], c, buf)
+                )
                 continue
             for k, j in ordered:
                 if j >= total:
                     break
                 nid, bi, buf = seq[p][k]
-                after.setdefault((nid, bi), []).append(SyncToken(p, "sync", reg[p], c, buf))
+                after.setdefault((nid, bi), []).append(SyncToken(p, TokenKind.SYNC, reg[p], c, buf))
     res = replace(  # `base` holds the credit tokens only
         base,
         bands=bands,
         band_before=before,
         band_after=after,
     )
-    res.notes = {
-        **base.notes,
-        "event_registers": max(used.values(), default=0),
-        "band_tokens": True,
-    }
+    res.notes = replace(base.notes, event_registers=max(used.values(), default=0), band_tokens=True)
     return res

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from raptor.suite.cases import DEFAULT_OUT_DIR, DEFAULT_PIPELINE, add_models_argument
+from raptor.suite.runner import RAPTOR_COLUMNS, make_console, write_csv
 from raptor.suite.runner import build_parser as runner_parser
-from raptor.suite.runner import make_console, write_csv
 
 VARIANTS: dict[str, tuple[str, ...]] = {
     "baseline": (),
@@ -40,24 +40,6 @@ ABLATION_COLUMNS = [
     "throughput",
     "power",
     "energy",
-]
-COMPACT_COLUMNS = [
-    "model",
-    "arch",
-    "mode",
-    "pipeline",
-    "raptor_functional_validation",
-    "pimcomp_functional_validation",
-    "raptor_latency_ms",
-    "raptor_throughput_ips",
-    "raptor_power_mw",
-    "raptor_energy_uj",
-    "raptor_max_rel_error",
-    "raptor_instructions",
-    "raptor_cores",
-    "raptor_compile_s",
-    "raptor_simulate_s",
-    "error",
 ]
 METRICS = {
     "latency": "raptor_latency_ms",
@@ -286,7 +268,7 @@ def main(argv: list[str] | None = None, runner_script: str | Path | None = None)
         for _, part, _ in [p for p in plan if p[0] == v]:
             rows += _read_csv(parts_dir / part / "results_comparison.csv")
         variant_rows[v] = rows
-        write_csv(out / "ablation" / v / "results_comparison.csv", COMPACT_COLUMNS, rows)
+        write_csv(out / "ablation" / v / "results_comparison.csv", RAPTOR_COLUMNS, rows)
         shutil.rmtree(parts_dir, ignore_errors=True)
     rows = combine(variant_rows)
     csv_path = out / "results_ablation.csv"

@@ -10,16 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-
-def save_figure(fig, path: Path) -> None:
-    """Save a figure as PNG atomically (temporary name, then rename) and close it."""
-    import os
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    os.replace(tmp, path)
+from raptor.figures import save_figure  # noqa: E402
 
 
 def comparison_chart(results, path: Path) -> None:

@@ -47,7 +47,7 @@ def compile_argv(spec: CaseSpec, compiler: str, out: Path) -> list[str]:
 
 def _compile(spec: CaseSpec, compiler: str, out: Path, log: io.StringIO) -> dict:
     from raptor.arch import load_arch
-    from raptor.cli import _compile_options, build_parser
+    from raptor.cli import build_parser, compile_options
     from raptor.compiler import compile_to_dir
 
     argv = compile_argv(spec, compiler, out)
@@ -74,7 +74,7 @@ def _compile(spec: CaseSpec, compiler: str, out: Path, log: io.StringIO) -> dict
     # a compile that dies half-way must never leave a valid-looking report beside its pim/
     report_path.unlink(missing_ok=True)
     report = compile_to_dir(
-        args.model, load_arch(args.arch), _compile_options(args), out, emit_json=args.pim_emit_json
+        args.model, load_arch(args.arch), compile_options(args), out, emit_json=args.pim_emit_json
     )
     report["cache_key"] = key
     _atomic_json(report_path, report)
@@ -161,7 +161,7 @@ def run_compiler(spec: CaseSpec, compiler: str, log: io.StringIO) -> CompilerRes
 def _write_trace(sim, meta: dict, report: dict, out: Path, log: io.StringIO) -> None:
     """--trace: trace.json, timeline.png and (Raptor programs) layers.json beside sim_report.json."""
     from raptor.sim.layers import format_layer_rows, layer_rows, write_layers
-    from raptor.sim.trace import save_trace
+    from raptor.sim.timeline import save_trace
 
     log.write(save_trace(sim, meta, out / "trace.json", out / "timeline.png") + "\n")
     if meta.get("layer_spans"):

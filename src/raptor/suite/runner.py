@@ -57,6 +57,15 @@ COMPARISON_COLUMNS = [
     "wall_s",
     "error",
 ]
+# the columns of a Raptor-only run (the ablation's per-variant results_comparison.csv): the
+# comparison's columns without the pimcomp figures, the ratios and the wall time (the pimcomp
+# validation column stays, empty, so both files read alike)
+RAPTOR_COLUMNS = [
+    c
+    for c in COMPARISON_COLUMNS
+    if not (c.startswith("pimcomp_") and c != "pimcomp_functional_validation")
+    and c not in ("latency_speedup", "throughput_ratio", "energy_ratio", "wall_s")
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,29 @@
+"""What every lowering function reads: the chip, the Spatial graph, host buffer addresses, the
+reduction links and the per-tree line-buffer choices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from raptor.arch import Arch
+from raptor.spatial.ir import SpatialGraph
+
+
+@dataclass
+class LowerCtx:
+    arch: Arch
+    sg: SpatialGraph
+    address: dict[str, int]  # host buffer -> byte address
+    links: dict[int, tuple[tuple[int, ...], int]] = field(default_factory=dict)  # reduce_links
+    line_choice: dict[tuple[int, int, int, int], bool] = field(default_factory=dict)
+    line_buffers: bool = True  # False: a line buffer only where the NoC dataflow needs it
+
+    @property
+    def eb(self) -> int:
+        return self.arch.element_bytes
+
+    def capacity(self, core: int) -> int:
+        """Local memory a node's scratch may use: below the core's persistent NoC buffers."""
+        noc = self.sg.noc
+        persist = noc.persist.get(core, 0) if noc is not None else 0
+        return self.arch.core.local_memory.memory_size - persist

@@ -1,0 +1,420 @@
+"""Line-buffer lowering of MVM and pool nodes (with row-band tokens).
+
+An MVM or pool node whose input rows are cheaper to load once than per pixel (or that the NoC
+dataflow feeds or reads) keeps a ring of kh input rows in local memory and reads its windows from
+there; the node's row-band tokens (spatial/sync.py) go between its bands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+
+import numpy as np
+
+from raptor.isa.opcodes import OFFSET_RD, OFFSET_RS1, Opcode
+from raptor.isa.table import concat, make
+from raptor.pim.emit import (
+    R_IN0,
+    R_ZERO,
+    T_DST,
+    TEMPS,
+    Block,
+    chunks,
+    emit_activation,
+    emit_st,
+    emit_vv,
+    merge_lanes,
+    sldi,
+)
+from raptor.pim.lowering_ctx import LowerCtx
+from raptor.pim.lowering_mvm import mvm_prologue, mvm_tail
+from raptor.pim.lowering_noc import (
+    end_slot,
+    line_steps,
+    message_records,
+    own_pieces,
+    ring_padding,
+    store_row,
+)
+from raptor.pim.lowering_vector import pool_prologue
+from raptor.pim.memalloc import LocalAllocator
+from raptor.spatial.geometry import lines_geometry, lines_rows, window_classes
+from raptor.spatial.ir import ComputeNode, Layer, LayerKind, NodeKind
+from raptor.spatial.noc import mvm_lines_ok, pool_lines_ok
+from raptor.spatial.tiling import row_tiles
+
+
+def line_buffer_bytes(layer: Layer, node: ComputeNode, eb: int) -> tuple[int, int]:
+    """(host bytes a line-buffer lowering loads, bytes the per-pixel window lowering loads) for
+    the input window of an MVM node (the per-pixel figure assumes sliding windows)."""
+    v = layer.inputs[0]
+    kh, kw = layer.kernel_shape
+    sw = layer.strides[1]
+    i0, i1, x0, x1, _ = lines_geometry(layer, node)
+    lines = len(lines_rows(layer, node, i0, i1)) * max(0, x1 - x0) * v.channels * eb
+    k = node.r1 - node.r0
+    if k == layer.rows and sw < kw:
+        per_pixel = node.lanes * kh * sw * v.channels * eb
+    else:
+        per_pixel = node.lanes * k * eb
+    return lines, per_pixel
+
+
+def use_line_buffer(ctx: LowerCtx, node: ComputeNode) -> bool:
+    layer = ctx.sg.layers[node.layer]
+    if node.kind != NodeKind.MVM or not mvm_lines_ok(layer):
+        return False
+    if ctx.sg.noc is not None and ctx.sg.noc.uses_lines(node):
+        return True  # a NoC consumer or producer (spatial/noc.py)
+    if not ctx.line_buffers:
+        return False
+    # the row groups of one reduction tree must agree (their send/recv pair pixel by pixel, and
+    # the per-pixel lowering goes in padding-class order): decide on the sum over the tree
+    key = (node.layer, node.replica, node.c0, node.p0)
+    if key not in ctx.line_choice:
+        tree = [
+            n
+            for n in ctx.sg.nodes
+            if n.kind == NodeKind.MVM and (n.layer, n.replica, n.c0, n.p0) == key
+        ]
+        cost = np.sum([line_buffer_bytes(layer, n, ctx.eb) for n in tree], axis=0)
+        ctx.line_choice[key] = bool(cost[0] < cost[1])
+    return ctx.line_choice[key]
+
+
+def lower_mvm_lines(
+    ctx: LowerCtx,
+    node: ComputeNode,
+    ag_base: int,
+    alloc: LocalAllocator,
+    bands: list[tuple[int, int]],
+    before: list[list[np.ndarray]],
+    after: list[list[np.ndarray]],
+) -> np.ndarray:
+    """MVM node over a local ring of kh input rows (zero-padded borders, zeroed once): each input
+    row segment the node needs is loaded from host memory once; a row tile within one kernel row
+    is read in place by the mvmul, others are assembled in the window with lmv. Band tokens go
+    before/after each band's output pixels."""
+    arch, eb = ctx.arch, ctx.eb
+    layer = ctx.sg.layers[node.layer]
+    v = layer.inputs[0]
+    c = v.channels
+    kh, kw = layer.kernel_shape
+    sh, sw = layer.strides
+    pt, pl = layer.pads[0], layer.pads[1]
+    ow = layer.output.width
+    krow = kw * c
+    cols = node.c1 - node.c0
+    tiles = row_tiles(arch, node.r0, node.r1)
+    srcs, dst_core = ctx.links.get(node.id, ((), -1))
+    i0, i1, x0, x1, wp = lines_geometry(layer, node)
+    row_bytes = wp * c * eb
+    noc = ctx.sg.noc
+    fed = noc is not None and noc.is_fed(node)
+    # a fed node's rows sit in its persistent NoC buffer, padding zeroed at program start
+    ring = None if fed else alloc.alloc(kh * row_bytes, "ring")
+    zero_row = alloc.alloc(row_bytes, "zero row")
+    cross = [(a, b) for a, b in tiles if a // krow != (b - 1) // krow]
+    win = alloc.alloc(max((b - a for a, b in cross), default=1) * eb, "window")
+    ps_a = alloc.alloc(cols * eb, "psum")
+    residual = layer.inputs[1] if len(layer.inputs) > 1 and dst_core < 0 else None
+    need_b = len(tiles) > 1 or layer.activation == "silu" or bool(srcs) or residual is not None
+    ps_b = alloc.alloc(cols * eb, "psum2") if need_b else None
+    last = dst_core < 0
+    pro, regs, bias = mvm_prologue(ctx, layer, node, v.buffer, residual, last, alloc, cols, eb)
+    regs.loc(ps_a)
+    if ps_b is not None:
+        regs.loc(ps_b)
+    regs.loc(win)
+    # zero the ring's padding columns and the zero row once (the node reads only columns
+    # [x0, x1) of a row, which every load writes, and the padding)
+    spans = [] if fed else ring_padding(ring, kh, row_bytes, pl, v.width, wp, c * eb)
+    spans += chunks(zero_row, row_bytes)
+    zero_all = [
+        make(Opcode.LLDI, rd=R_ZERO, r2_or_imm=0, generic1=OFFSET_RD, generic2=a, generic3=n)
+        for a, n in spans
+        if n > 0
+    ]
+    t_addr, t_src = TEMPS[3], TEMPS[2]
+    blocks: list[np.ndarray] = regs.flush() + zero_all
+    loaded: set[int] = set()
+    mbiw = arch.weight_bits
+
+    def slot(iy: int) -> int:
+        return noc.in_row_addr(node, iy) if fed else ring + (iy % kh) * row_bytes
+
+    sender = last and noc is not None and bool(noc.targets.get(node.id))
+    res_fed = noc is not None and node.id in noc.res_fed
+    out_at = partial(noc.out_row_addr, node) if sender else None
+    comm = message_records(ctx, node, t_addr)
+
+    def load_row(iy: int) -> list[np.ndarray]:
+        loaded.add(iy)
+        if fed:  # received in the node's message slots, but a mixed node's own core's pieces
+            return own_pieces(ctx, node, iy, slot(iy) + pl * c * eb, t_addr)
+        base = slot(iy) + (x0 + pl) * c * eb
+        if v.pixels == 1 and krow == c:  # a classifier's one pixel: only the node's K range
+            host = (v.channel_offset + node.r0) * eb
+            return [
+                sldi(t_addr, base + node.r0 * eb),
+                make(
+                    Opcode.LD,
+                    rd=t_addr,
+                    r1=R_IN0,
+                    generic1=OFFSET_RS1,
+                    generic2=host,
+                    generic3=(node.r1 - node.r0) * eb,
+                ),
+            ]
+        if v.contiguous:
+            host = (v.channel_offset + (iy * v.width + x0) * v.pixel_stride) * eb
+            return [
+                sldi(t_addr, base),
+                make(
+                    Opcode.LD,
+                    rd=t_addr,
+                    r1=R_IN0,
+                    generic1=OFFSET_RS1,
+                    generic2=host,
+                    generic3=(x1 - x0) * c * eb,
+                ),
+            ]
+        xs = np.arange(x0, x1, dtype=np.int64)
+        b = Block(len(xs))
+        b.add(Opcode.SLDI, rd=t_addr, r2_or_imm=base + (xs - x0) * c * eb)
+        host = (v.channel_offset + (iy * v.width + xs) * v.pixel_stride) * eb
+        b.add(Opcode.LD, rd=t_addr, r1=R_IN0, generic1=OFFSET_RS1, generic2=host, generic3=c * eb)
+        return [b.build()]
+
+    steps = line_steps(ctx, node, bands, before, after)
+    for oy, pa, pb, pre, post, k in steps:
+        blocks += comm(k) + pre
+        rows_addr = []
+        for i in range(kh):
+            iy = oy * sh - pt + i
+            if i0 <= i < i1 and 0 <= iy < v.height:
+                if iy not in loaded:
+                    blocks += load_row(iy)
+                rows_addr.append(slot(iy))
+            else:
+                rows_addr.append(zero_row)
+        ox = np.arange(pa - oy * ow, pb - oy * ow, dtype=np.int64)
+        pixels = np.arange(pa, pb, dtype=np.int64)
+        b = Block(len(ox))
+        for t, (ta, tb) in enumerate(tiles):
+            dst = ps_a if t == 0 else ps_b
+            i = ta // krow
+            if i == (tb - 1) // krow:
+                addr = rows_addr[i] + (ox * sw * c + ta - i * krow) * eb
+                b.add(Opcode.SLDI, rd=t_src, r2_or_imm=addr)
+                src_reg = t_src
+            else:
+                for s in range(ta, tb):
+                    if s != ta and s % krow:
+                        continue
+                    i = s // krow
+                    e = min(tb, (i + 1) * krow)
+                    addr = rows_addr[i] + (ox * sw * c + s - i * krow) * eb
+                    b.add(Opcode.SLDI, rd=t_src, r2_or_imm=addr)
+                    b.add(
+                        Opcode.LMV,
+                        rd=regs.loc(win + (s - ta) * eb, b),
+                        r1=t_src,
+                        generic3=(e - s) * eb,
+                    )
+                src_reg = regs.loc(win, b)
+            b.add(
+                Opcode.MVMUL,
+                rd=regs.loc(dst, b),
+                r1=src_reg,
+                r2_or_imm=mbiw,
+                generic2=ag_base + t,
+            )
+            if t > 0:
+                emit_vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
+        mvm_tail(
+            b,
+            regs,
+            layer,
+            node,
+            srcs,
+            dst_core,
+            ps_a,
+            ps_b,
+            bias,
+            residual,
+            pixels,
+            eb,
+            out_at(oy) if sender else None,
+            ox,
+            noc.in_row_addr(node, oy, 1) if residual is not None and res_fed else None,
+        )
+        built = b.build()
+        blocks += regs.flush() + [built]
+        if sender:
+            blocks += store_row(ctx, node, oy, pa - oy * ow, pb - oy * ow, out_at(oy), t_addr)
+        blocks += post
+    blocks += comm(end_slot(ctx, node, steps, bands))
+    return concat(blocks)
+
+
+def pool_line_buffer_bytes(layer: Layer, node: ComputeNode, eb: int) -> tuple[int, int]:
+    """(host bytes a line-buffer pool loads, bytes the per-pixel window pool loads)."""
+    v = layer.inputs[0]
+    kh, kw = layer.kernel_shape
+    full = replace(node, r0=0, r1=kh * kw * v.channels)
+    i0, i1, x0, x1, _ = lines_geometry(layer, full)
+    lines = len(lines_rows(layer, full, 0, kh)) * max(0, x1 - x0) * v.channels * eb
+    per_pixel = sum(len(cl.pixels) * cl.count for cl in window_classes(layer, node.p0, node.p1))
+    return lines, per_pixel * v.channels * eb
+
+
+def lower_pool_lines(
+    ctx: LowerCtx,
+    node: ComputeNode,
+    alloc: LocalAllocator,
+    bands: list[tuple[int, int]],
+    before: list[list[np.ndarray]],
+    after: list[list[np.ndarray]],
+) -> np.ndarray:
+    """Max/average pool over a local ring of kh input rows, each loaded once: per output row the
+    in-bounds rows are reduced into one row, then each pixel reduces its in-bounds columns (lanes
+    grouped by horizontal padding class). Band tokens go before/after each band."""
+    eb = ctx.eb
+    layer = ctx.sg.layers[node.layer]
+    v, out = layer.inputs[0], layer.output
+    c = v.channels
+    kh, kw = layer.kernel_shape
+    sh, sw = layer.strides
+    pt, pl = layer.pads[0], layer.pads[1]
+    ow = out.width
+    is_max = layer.kind == LayerKind.MAXPOOL
+    op = Opcode.VVMAX if is_max else Opcode.VVADD
+    full = replace(node, r0=0, r1=kh * kw * c)
+    _, _, x0, x1, _ = lines_geometry(layer, full)
+    row_bytes = v.width * c * eb
+    pro, regs, counts, recip = pool_prologue(ctx, layer, is_max, alloc, c, eb)
+    noc = ctx.sg.noc
+    fed = noc is not None and noc.is_fed(node)
+    ring = None if fed else alloc.alloc(kh * row_bytes, "ring")
+    red = alloc.alloc(row_bytes, "row")
+    acc = alloc.alloc(c * eb, "acc")
+    tmp = alloc.alloc(c * eb, "tmp")
+    regs.loc(acc)
+    regs.loc(red)
+    t_addr, t_src = TEMPS[3], TEMPS[2]
+    sender = noc is not None and bool(noc.targets.get(node.id))
+    out_at = partial(noc.out_row_addr, node) if sender else None
+    blocks: list[np.ndarray] = regs.flush()
+    loaded: set[int] = set()
+    seg = (x1 - x0) * c
+
+    def slot(iy: int) -> int:
+        return noc.in_row_addr(node, iy) if fed else ring + (iy % kh) * row_bytes
+
+    comm = message_records(ctx, node, t_addr)
+    steps = line_steps(ctx, node, bands, before, after)
+    for oy, pa, pb, pre, post, k in steps:
+        blocks += comm(k) + pre
+        rows = [oy * sh - pt + i for i in range(kh) if 0 <= oy * sh - pt + i < v.height]
+        for iy in rows:
+            if iy in loaded:
+                continue
+            loaded.add(iy)
+            if fed:  # received in the node's message slots, but a mixed node's own pieces
+                blocks += own_pieces(ctx, node, iy, slot(iy), t_addr)
+                continue
+            base = slot(iy) + x0 * c * eb
+            if v.contiguous:
+                host = (v.channel_offset + (iy * v.width + x0) * v.pixel_stride) * eb
+                blocks += [
+                    sldi(t_addr, base),
+                    make(
+                        Opcode.LD,
+                        rd=t_addr,
+                        r1=R_IN0,
+                        generic1=OFFSET_RS1,
+                        generic2=host,
+                        generic3=seg * eb,
+                    ),
+                ]
+            else:
+                xs = np.arange(x0, x1, dtype=np.int64)
+                lb = Block(len(xs))
+                lb.add(Opcode.SLDI, rd=t_addr, r2_or_imm=base + (xs - x0) * c * eb)
+                lb.add(
+                    Opcode.LD,
+                    rd=t_addr,
+                    r1=R_IN0,
+                    generic1=OFFSET_RS1,
+                    generic2=(v.channel_offset + (iy * v.width + xs) * v.pixel_stride) * eb,
+                    generic3=c * eb,
+                )
+                blocks.append(lb.build())
+        # vertical reduction of the in-bounds rows into `red` (the columns this step's windows read)
+        ca = max(0, (pa - oy * ow) * sw - pl)
+        cb = min(v.width, (pb - 1 - oy * ow) * sw - pl + kw)
+        vseg = (cb - ca) * c
+        r0 = red + ca * c * eb
+        rb = Block(1)
+        s0 = slot(rows[0]) + ca * c * eb
+        if len(rows) == 1:
+            rb.add(Opcode.SLDI, rd=t_src, r2_or_imm=s0)
+            rb.add(Opcode.LMV, rd=regs.loc(r0, rb), r1=t_src, generic3=vseg * eb)
+        else:
+            rb.add(Opcode.SLDI, rd=t_src, r2_or_imm=s0)
+            rb.add(Opcode.SLDI, rd=t_addr, r2_or_imm=slot(rows[1]) + ca * c * eb)
+            rb.add(op, rd=regs.loc(r0, rb), r1=t_src, r2_or_imm=t_addr, generic3=vseg)
+            for iy in rows[2:]:
+                rb.add(Opcode.SLDI, rd=t_addr, r2_or_imm=slot(iy) + ca * c * eb)
+                rb.add(
+                    op, rd=regs.loc(r0, rb), r1=regs.loc(r0, rb), r2_or_imm=t_addr, generic3=vseg
+                )
+        blocks += regs.flush() + [rb.build()]
+        # horizontal reduction per pixel, lanes grouped by in-bounds columns
+        ox = np.arange(pa - oy * ow, pb - oy * ow, dtype=np.int64)
+        ix0 = ox * sw - pl
+        jlo = np.clip(-ix0, 0, kw)
+        jhi = np.clip(v.width - ix0, 0, kw)
+        key = jlo * (kw + 1) + jhi
+        parts = []
+        for k in np.unique(key):
+            m = key == k
+            lo, hi = int(jlo[m][0]), int(jhi[m][0])
+            xs = ix0[m]
+            b = Block(int(m.sum()))
+            b.add(Opcode.SLDI, rd=t_src, r2_or_imm=red + (xs + lo) * c * eb)
+            b.add(Opcode.LMV, rd=regs.loc(acc, b), r1=t_src, generic3=c * eb)
+            for j in range(lo + 1, hi):
+                b.add(Opcode.SLDI, rd=t_src, r2_or_imm=red + (xs + j) * c * eb)
+                b.add(op, rd=regs.loc(acc, b), r1=regs.loc(acc, b), r2_or_imm=t_src, generic3=c)
+            if recip is not None:
+                cnt = kh * kw if layer.count_include_pad else len(rows) * (hi - lo)
+                emit_vv(b, regs, Opcode.VVMUL, acc, acc, recip + counts.index(cnt) * c * eb, c)
+            emit_activation(b, regs, layer.activation, acc, tmp, c)
+            pix = oy * ow + ox[m]
+            if sender:
+                b.add(Opcode.SLDI, rd=T_DST, r2_or_imm=out_at(oy) + ox[m] * c * eb)
+                b.add(Opcode.LMV, rd=T_DST, r1=regs.loc(acc, b), generic3=c * eb)
+            else:
+                emit_st(b, regs, acc, (out.channel_offset + pix * out.pixel_stride) * eb, c * eb)
+            parts.append((np.flatnonzero(m), len(b.slots), b.build()))
+        blocks += regs.flush() + [merge_lanes(parts)]
+        if sender:
+            blocks += store_row(ctx, node, oy, pa - oy * ow, pb - oy * ow, out_at(oy), t_addr)
+        blocks += post
+    blocks += comm(end_slot(ctx, node, steps, bands))
+    return concat(blocks)
+
+
+def use_pool_line_buffer(ctx: LowerCtx, node: ComputeNode) -> bool:
+    layer = ctx.sg.layers[node.layer]
+    if not pool_lines_ok(layer):
+        return False
+    if ctx.sg.noc is not None and ctx.sg.noc.uses_lines(node):
+        return True
+    if not ctx.line_buffers:
+        return False
+    lines, per_pixel = pool_line_buffer_bytes(layer, node, ctx.eb)
+    return lines < per_pixel

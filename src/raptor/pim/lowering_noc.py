@@ -1,0 +1,178 @@
+"""NoC message emission of line-buffer nodes (spatial/noc.py, spatial/message_order.py): the
+step order of a node, its message slots, the padding of persistent input rows and the host
+stores of a producer whose buffer keeps a host reader."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from raptor.isa.opcodes import OFFSET_RD, OFFSET_RS1, Opcode
+from raptor.isa.table import interleave, make
+from raptor.pim.emit import R_IN0, R_OUT, R_ZERO, Block, chunks, sldi
+from raptor.pim.lowering_ctx import LowerCtx
+from raptor.spatial.geometry import lines_geometry
+from raptor.spatial.ir import ComputeNode, NodeKind
+from raptor.spatial.message_order import row_segments, row_steps
+
+
+def line_steps(
+    ctx: LowerCtx,
+    node: ComputeNode,
+    bands: list[tuple[int, int]],
+    before: list[list],
+    after: list[list],
+) -> list[tuple[int, int, int, list, list, int | None]]:
+    """(output row, pixel range, records before it, records after it, message slot before it or
+    None) of a line-buffer node, in the step order of spatial/noc.py: row segments with a slot
+    each for a NoC node, whole rows with a slot per band otherwise; a band's waits before its
+    first step, its syncs after its last."""
+    ow = ctx.sg.layers[node.layer].output.width
+    noc = ctx.sg.noc
+    per_step = noc is not None and noc.uses_lines(node)
+    cuts = row_segments(ow) if per_step else [0, ow]
+    out = []
+    for bi, (a, b) in enumerate(bands):
+        steps = row_steps(a, b, ow, cuts)
+        for i, (oy, pa, pb) in enumerate(steps):
+            pre = before[bi] if i == 0 else []
+            post = after[bi] if i == len(steps) - 1 else []
+            slot = len(out) if per_step else (bi if i == 0 else None)
+            out.append((oy, pa, pb, pre, post, slot))
+    return out
+
+
+def end_slot(ctx: LowerCtx, node: ComputeNode, steps: list, bands: list[tuple[int, int]]) -> int:
+    """Index of a line-buffer node's last message slot, after its last step: its number of
+    steps (a NoC node, one slot per step of `line_steps`) or of bands (any other node)."""
+    noc = ctx.sg.noc
+    return len(steps) if noc is not None and noc.uses_lines(node) else len(bands)
+
+
+def ring_padding(ring: int, slots: int, row_bytes: int, pl: int, width: int, wp: int, px: int):
+    """(address, bytes) of the padding columns of every row slot of a line buffer whose rows are
+    `wp` pixels wide with `pl` padding columns before the `width` image columns."""
+    spans = [(ring + k * row_bytes, pl * px) for k in range(slots)]
+    spans += [
+        (ring + k * row_bytes + (width + pl) * px, (wp - width - pl) * px) for k in range(slots)
+    ]
+    return [(a, n) for a, n in spans if n > 0]
+
+
+def noc_prologue(ctx: LowerCtx, core: int) -> list[np.ndarray]:
+    """Zero the padding columns of the persistent input rows of a core's fed MVM nodes once per
+    round, before any row can arrive (spatial/noc.py)."""
+    noc = ctx.sg.noc
+    if noc is None:
+        return []
+    out = []
+    for n in ctx.sg.nodes:
+        if n.core != core or n.id not in noc.ring_base or n.kind != NodeKind.MVM:
+            continue
+        ly = ctx.sg.layers[n.layer]
+        wp = lines_geometry(ly, n)[4]
+        px = ly.inputs[0].channels * ctx.eb
+        for a, size in ring_padding(
+            noc.ring_base[n.id],
+            noc.ring_rows[n.id],
+            wp * px,
+            ly.pads[1],
+            ly.inputs[0].width,
+            wp,
+            px,
+        ):
+            for a2, n2 in chunks(a, size):
+                out.append(
+                    make(
+                        Opcode.LLDI,
+                        rd=R_ZERO,
+                        r2_or_imm=0,
+                        generic1=OFFSET_RD,
+                        generic2=a2,
+                        generic3=n2,
+                    )
+                )
+    return out
+
+
+def message_records(ctx: LowerCtx, node: ComputeNode, reg: int):
+    """The records of a node's NoC message slot k (spatial/noc.py order_messages): sends and recvs
+    at the local addresses the message order chose, in order."""
+    noc = ctx.sg.noc
+    slots = noc.comm if noc is not None else {}
+
+    def records(k: int | None) -> list[np.ndarray]:
+        ms = slots.get((node.id, k), ()) if k is not None else ()
+        if not ms:
+            return []
+        n = len(ms)
+        addr = np.fromiter((m.addr for m in ms), np.int64, n)
+        peer = np.fromiter((m.peer for m in ms), np.int64, n)
+        size = np.fromiter((m.size for m in ms), np.int64, n)
+        op = np.where(np.fromiter((m.send for m in ms), bool, n), Opcode.SEND, Opcode.RECV)
+        sldi = make(Opcode.SLDI, n, rd=reg, r2_or_imm=addr)
+        return [interleave([sldi, make(op, n, rd=reg, r2_or_imm=peer, generic3=size)])]
+
+    return records
+
+
+def store_row(
+    ctx: LowerCtx, node: ComputeNode, oy: int, xa: int, xb: int, out_row: int, reg: int
+) -> list[np.ndarray]:
+    """st columns [xa, xb) of output row oy from the local output row of a NoC producer, when its
+    buffer keeps a host reader."""
+    eb = ctx.eb
+    layer = ctx.sg.layers[node.layer]
+    out = layer.output
+    if out.buffer not in ctx.sg.noc.host_buffers:
+        return []
+    px = layer.cols * eb
+    w = out.width
+    if out.contiguous:
+        host = (out.channel_offset + (oy * w + xa) * out.pixel_stride) * eb
+        return [
+            sldi(reg, out_row + xa * px),
+            make(
+                Opcode.ST,
+                rd=R_OUT,
+                r1=reg,
+                generic1=OFFSET_RD,
+                generic2=host,
+                generic3=(xb - xa) * px,
+            ),
+        ]
+    xs = np.arange(xa, xb, dtype=np.int64)
+    b = Block(len(xs))
+    b.add(Opcode.SLDI, rd=reg, r2_or_imm=out_row + xs * px)
+    host = (out.channel_offset + (oy * w + xs) * out.pixel_stride) * eb
+    b.add(Opcode.ST, rd=R_OUT, r1=reg, generic1=OFFSET_RD, generic2=host, generic3=px)
+    return [b.build()]
+
+
+def own_pieces(ctx: LowerCtx, node: ComputeNode, iy: int, row: int, reg: int) -> list[np.ndarray]:
+    """ld the pieces of input row iy that a mixed NoC node's own core produced (stored in host
+    memory earlier in the core's program) into its received row at local address `row` (column
+    0 of the input, after the left padding)."""
+    noc = ctx.sg.noc
+    if node.id not in noc.mixed:
+        return []
+    eb = ctx.eb
+    v = ctx.sg.layers[node.layer].inputs[0]
+    c = v.channels
+    out = []
+    for core, a, b, si in noc.pieces(node, iy):
+        if core != node.core:
+            continue
+        src = noc.sources[node.layer][si]
+        if src.flat:  # producer pixels [a, b) of the one input pixel
+            cp = src.channels
+            xs, off, size = np.array([0]), a * cp, (b - a) * cp
+        elif src.channels == c and v.contiguous:
+            xs, off, size = np.array([a]), 0, (b - a) * c
+        else:
+            xs, off, size = np.arange(a, b, dtype=np.int64), src.dst, src.channels
+        host = (v.channel_offset + (iy * v.width + xs) * v.pixel_stride + off) * eb
+        blk = Block(len(xs))
+        blk.add(Opcode.SLDI, rd=reg, r2_or_imm=row + (xs * c + off) * eb)
+        blk.add(Opcode.LD, rd=reg, r1=R_IN0, generic1=OFFSET_RS1, generic2=host, generic3=size * eb)
+        out.append(blk.build())
+    return out
