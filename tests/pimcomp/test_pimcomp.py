@@ -1,5 +1,6 @@
 """pimcomp: partitioning, replication (pinned by hand), first-fit mapping, and end-to-end values
-of the HT and LL schedules against onnxruntime at small sizes."""
+of the HT and LL schedules against onnxruntime on toy networks (the default models, both
+architectures and modes: tests/suite/test_default_matrix.py)."""
 
 import json
 import sys
@@ -23,15 +24,12 @@ from toy import (  # noqa: E402
 from raptor.arch import load_arch
 from raptor.compiler import compile_model
 from raptor.errors import PassFailedError
-from raptor.frontend import load_graph
-from raptor.models import build_model
 from raptor.options import CompileOptions
 from raptor.pimcomp.mapping import core_lists, first_fit
 from raptor.pimcomp.partition import ArrayGroup, column_parts, replica_ags
 from raptor.pimcomp.replication import _StdMaxHeap, balance, uniform, w0h0
 from raptor.sim import simulate
 from raptor.spatial.ir import Layer, LayerKind, TensorView
-from raptor.validation.compare import compare_outputs
 
 TINY = load_arch(str(ARCH_TINY))  # 8 cores x 8 crossbars; 16 logical weight columns per crossbar
 
@@ -170,44 +168,3 @@ def test_ll_overflow_names_core_and_bytes(tmp_path):
         PassFailedError, match=r"local memory overflow on core \d+: .* needs \d+ bytes"
     ):
         compile_model(_toy_wide(32, 16), load_arch(str(path)), opts)
-
-
-def _suite_case(name, size, arch_name, mode):
-    import onnxruntime as ort
-
-    m = build_model(name, size)
-    arch = load_arch(arch_name)
-    pipe = 1 if mode == "latency" else 2
-    opts = CompileOptions(mode=mode, pipeline=pipe, compiler="pimcomp")
-    sess = ort.InferenceSession(m.SerializeToString())
-    iname = sess.get_inputs()[0].name
-    rng = np.random.default_rng(0)
-    ins = [{iname: rng.standard_normal((1, 3, size, size)).astype(np.float32)} for _ in range(pipe)]
-    res = compile_model(load_graph(m), arch, opts)
-    rep = simulate(res.program, arch, mode, pipe, ins)
-    outs = [o.name for o in sess.get_outputs()]
-    ref = [dict(zip(outs, sess.run(None, x))) for x in ins]
-    return res, compare_outputs(rep.outputs, ref)
-
-
-@pytest.mark.parametrize("mode", ["latency", "throughput"])
-@pytest.mark.parametrize("arch_name", ["arch-a", "arch-b"])
-def test_vgg8_small_passes(arch_name, mode):
-    res, verdict = _suite_case("vgg8", 16, arch_name, mode)
-    assert verdict.passed, verdict.format()
-    assert all(r >= 1 for r in res.report["replication"].values())
-
-
-@pytest.mark.parametrize("mode", ["latency", "throughput"])
-def test_resnet18_small_passes(mode):
-    _, verdict = _suite_case("resnet18", 32, "arch-a", mode)
-    assert verdict.passed, verdict.format()
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["latency", "throughput"])
-@pytest.mark.parametrize("arch_name", ["arch-a", "arch-b"])
-@pytest.mark.parametrize("name", ["resnet34", "googlenet"])
-def test_suite_small_passes(name, arch_name, mode):
-    _, verdict = _suite_case(name, 32, arch_name, mode)
-    assert verdict.passed, verdict.format()
