@@ -71,8 +71,12 @@ def test_baseline_passes_and_is_the_reference(ablation):
         assert row["functional_validation"] == "PASS"
         assert all(row[m] == "+0.00%" for m in METRICS)
         assert _validation(case)["max_rel_error"] <= 1e-3
-        # the residual Adds read host memory, so the baseline orders them with tokens
-        assert _opcodes(case).get("sync", 0) > 0 and _opcodes(case).get("wait", 0) > 0
+        # every activation edge between cores travels over the NoC (residuals, 1x1 stride-2
+        # shortcuts and the classifier included): no activation is left in host memory, so the
+        # planned program needs no sync/wait token at all
+        noc = json.loads((case / "compile_report.json").read_text())["noc_dataflow"]
+        assert noc["host_activation_buffers"] == []
+        assert _opcodes(case).get("sync", 0) == 0 and _opcodes(case).get("wait", 0) == 0
 
 
 def test_no_plan_passes_and_costs_latency_and_throughput(ablation):
@@ -87,21 +91,24 @@ def test_no_plan_passes_and_costs_latency_and_throughput(ablation):
 
 
 @pytest.mark.parametrize("variant", ["no-sync", "no-sync-no-plan"])
-def test_no_sync_variants_fail_as_readme_states(ablation, variant):
-    """README: with the NoC dataflow the tokens guard only host memory, and resnet18's fused Adds
-    read their residual from host memory (the classifier its flattened input), so without
-    tokens those consumers read buffers before their producers wrote them: every case FAILs,
-    in latency mode as in throughput mode, with a defect-sized error (O(1) relative to max|ref|,
-    not a rounding difference), and the wrapper exits 1 while writing every row."""
+def test_no_sync_variants_pass_when_no_token_guards_a_cross_core_buffer(ablation, variant):
+    """README: the tokens guard host buffers only. resnet18 at 32x32 keeps no activation in host
+    memory when planned, and unplanned its host-memory edges join layers on one core (program
+    order), so removing synchronization removes nothing the program needs: every case PASSes,
+    with the baseline's (or no-plan's) figures, and the wrapper exits 0. (A host-memory
+    dataflow without tokens does read stale buffers: tests/test_compiler.py.)"""
     _, run, _ = ablation
     rows, cases = _variant(ablation, variant)
+    twin = {"no-sync": "baseline", "no-sync-no-plan": "no-plan"}[variant]
+    ref = {(r["mode"], r["pipeline"]): r for r in _variant(ablation, twin)[0]}
     for row, case in zip(rows, cases):
-        assert row["functional_validation"] == "FAIL"
-        assert _validation(case)["max_rel_error"] > 0.1
+        assert row["functional_validation"] == "PASS"
+        assert _validation(case)["max_rel_error"] <= 1e-3
         ops = _opcodes(case)
         assert "sync" not in ops and "wait" not in ops
-        assert all(row[m].endswith("%") and row[m][0] in "+-" for m in METRICS)
-    assert run.returncode == 1, run.stdout[-2000:]
+        same = ref[row["mode"], row["pipeline"]]
+        assert all(row[m] == same[m] for m in METRICS)
+    assert run.returncode == 0, run.stdout[-2000:]
 
 
 def test_every_variant_has_a_test():
