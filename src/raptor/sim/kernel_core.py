@@ -1,0 +1,411 @@
+"""The compiled engine's core run-ahead: one core runs through core-private instructions until it
+blocks on a shared-state instruction (ld, st, send, recv, an unsatisfied wait), finishes, fails,
+or reaches a vector op whose values numpy computes (RC_HOSTOP: the driver applies it and calls
+the loop again, which continues the same core). Timing, statistics and the order of every float
+addition are those of `Engine._run_inner` (raptor.sim.engine), so results match bit for bit; the
+per-run accumulators live in the core's state so that a host op does not split a sum."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from raptor.sim.blas import mvm_into
+from raptor.sim.kernel_state import (
+    B_MEMORY,
+    B_RECV,
+    B_SEND,
+    B_WAIT_DISPATCH,
+    CF_AM,
+    CF_AT,
+    CF_AV,
+    CF_EL,
+    CF_EM,
+    CF_EV,
+    CF_MB,
+    CF_PS,
+    CF_TB,
+    CF_TE,
+    CF_TF,
+    CF_VB,
+    CI_ALT_BASE,
+    CI_BASE,
+    CI_BLOCKED,
+    CI_DONE,
+    CI_FIRST_SETBW,
+    CI_FRESH,
+    CI_GBASE,
+    CI_GN,
+    CI_IBIW,
+    CI_LROW,
+    CI_N,
+    CI_OBIW,
+    CI_PA,
+    CI_PB,
+    CI_PC,
+    CI_PC2,
+    CI_PD,
+    CI_PE,
+    CI_PF,
+    CI_PG,
+    CI_RND,
+    E_CHECK_HOST,
+    E_CHECK_LOCAL,
+    E_INTERNAL,
+    E_LOCAL_RANGE,
+    E_MVM_MBIW,
+    E_MVM_RANGE,
+    E_MVM_WEIGHT,
+    E_MVM_WIDTH,
+    E_RECV_TARGET,
+    E_SEND_TARGET,
+    E_SYNC_TARGET,
+    E_VEC_LEN,
+    E_VEC_UNSUPPORTED,
+    EV_MEM,
+    EV_READY,
+    EV_RECV,
+    EV_SYNC,
+    EV_WAIT,
+    G_EL,
+    G_EM,
+    G_EV,
+    G_ICE,
+    G_NE,
+    I_CORE,
+    I_FLITS,
+    I_HN,
+    I_ICB,
+    I_SEQ,
+    I_X1,
+    I_X2,
+    I_X3,
+    I_X4,
+    I_X5,
+    I_X6,
+    OP_LD,
+    OP_LLDI,
+    OP_LMV,
+    OP_MVMUL,
+    OP_SADD,
+    OP_SADDI,
+    OP_SEND,
+    OP_SETBW,
+    OP_SLDI,
+    OP_SMUL,
+    OP_SMULI,
+    OP_SSUB,
+    OP_ST,
+    OP_SYNC,
+    OP_VAVG,
+    OP_VEC_HI,
+    OP_VMV,
+    OP_VRELU,
+    OP_VRSL,
+    OP_VRSU,
+    OP_VVADD,
+    OP_VVMAX,
+    OP_VVMUL,
+    OP_VVSLL,
+    OP_VVSRA,
+    OP_VVSUB,
+    OP_WAIT,
+    RC_DONE,
+    RC_ERROR,
+    RC_HOSTOP,
+    S_GF,
+    S_GI,
+    S_HA,
+    S_HB,
+    S_HDATA,
+    S_HK,
+    S_HS,
+    S_HT,
+    S_LCH,
+    S_LE,
+    S_LECH,
+    S_LLAT,
+    S_SCRATCH,
+    S_SWFREE,
+)
+from raptor.sim.kernel_values import move, vector_inline
+
+
+@njit(cache=True, nogil=True)
+def heap_push(st, t: float, kind: int, a: int, b: int) -> None:
+    """Push event (t, seq, kind, a, b); the heap orders by (t, seq) as heapq orders the tuples."""
+    gi, ht, hs, hk, ha, hb = st[S_GI], st[S_HT], st[S_HS], st[S_HK], st[S_HA], st[S_HB]
+    gi[I_SEQ] += 1
+    seq = gi[I_SEQ]
+    i = gi[I_HN]
+    gi[I_HN] += 1
+    while i > 0:
+        p = (i - 1) >> 1
+        if ht[p] < t or (ht[p] == t and hs[p] < seq):
+            break
+        ht[i], hs[i], hk[i], ha[i], hb[i] = ht[p], hs[p], hk[p], ha[p], hb[p]
+        i = p
+    ht[i], hs[i], hk[i], ha[i], hb[i] = t, seq, kind, a, b
+
+
+@njit(cache=True, nogil=True)
+def noc_message(st, prm, t: float, src: int, link: int, size: int, hold: float) -> float:
+    """`Noc.message`: queue size bytes on src's switch at t over link; returns the arrival."""
+    llat, le, lch, lech = st[S_LLAT], st[S_LE], st[S_LCH], st[S_LECH]
+    swfree, gf, gi = st[S_SWFREE], st[S_GF], st[S_GI]
+    bus = prm[4]
+    lat = llat[link]
+    k = max(1, math.ceil(size / bus)) if size > 0 else 0
+    if lch[link]:
+        gi[I_ICB] += k * bus
+        gf[G_ICE] += k * lech[link]
+    free = swfree[src]
+    start = t if t > free else free
+    arrival = start + k * lat
+    swfree[src] = arrival + hold
+    gi[I_FLITS] += k
+    gf[G_NE] += k * le[link]
+    return arrival
+
+
+@njit(cache=True, nogil=True)
+def _fail(ci, gi, c: int, pc: int, code: int, x1=0, x2=0, x3=0, x4=0, x5=0) -> int:
+    ci[c, CI_PC] = pc
+    gi[I_CORE], gi[I_X1], gi[I_X2], gi[I_X3], gi[I_X4], gi[I_X5], gi[I_X6] = c, code, x1, x2, x3, x4, x5
+    return RC_ERROR
+
+
+@njit(cache=True, nogil=True)
+def run_core(c: int, st, prm) -> int:  # noqa: C901 - one flat dispatch loop, kept for speed
+    (OP, RD, R1, IMM, G1, G2, G3, KEY, LINK, AKEY, ci, cf, regs, evr, fin, local, gw, wflat,
+     wofs, wrows, wcols, ctab) = st[:22]  # fmt: skip
+    gf, gi, scratch = st[S_GF], st[S_GI], st[S_SCRATCH]
+    P, eb, LN, rounds, nc = prm[0], prm[1], prm[2], prm[3], prm[5]
+    P2 = 2 * P
+    P3 = 3 * P
+    PF = 2 * P
+    if ci[c, CI_FRESH]:
+        ci[c, CI_FRESH] = 0
+        for k in range(CF_AM, CF_EL + 1):
+            cf[c, k] = 0.0
+    busy_m, busy_v, busy_t = cf[c, CF_AM], cf[c, CF_AV], cf[c, CF_AT]
+    e_m, e_v, e_l = cf[c, CF_EM], cf[c, CF_EV], cf[c, CF_EL]
+    base, n = ci[c, CI_BASE], ci[c, CI_N]
+    pc, rnd = ci[c, CI_PC], ci[c, CI_RND]
+    tf, te = cf[c, CF_TF], cf[c, CF_TE]
+    ibiw, obiw = ci[c, CI_IBIW], ci[c, CI_OBIW]
+    first_setbw, alt_base = ci[c, CI_FIRST_SETBW], ci[c, CI_ALT_BASE]
+    R = regs[c]
+    L = local[ci[c, CI_LROW]]
+    gbase, gn = ci[c, CI_GBASE], ci[c, CI_GN]
+    rc = RC_DONE
+    while True:
+        if pc >= n:
+            fin[c, rnd] = te if te > tf else tf
+            rnd += 1
+            if rnd >= rounds:
+                ci[c, CI_DONE] = 1
+                break
+            pc = 0
+            continue
+        i = base + pc
+        op = OP[i]
+        if op < OP_SETBW:  # scalar (and nop), executed in decode
+            if op == OP_SLDI:
+                R[RD[i]] = IMM[i]
+            elif op == OP_SADDI:
+                R[RD[i]] = R[R1[i]] + IMM[i]
+            elif op == OP_SMULI:
+                R[RD[i]] = R[R1[i]] * IMM[i]
+            elif op == OP_SADD:
+                R[RD[i]] = R[R1[i]] + R[0]  # the binary has no rs2: register 0
+            elif op == OP_SSUB:
+                R[RD[i]] = R[R1[i]] - R[0]
+            elif op == OP_SMUL:
+                R[RD[i]] = R[R1[i]] * R[0]
+            tf += P
+            pc += 1
+            continue
+        if op == OP_SETBW:
+            ibiw, obiw = G1[i], G2[i]
+            tf += P
+            pc += 1
+            continue
+        key = KEY[i]
+        if rnd > 0 and pc < first_setbw:  # setbw state carried over from the previous round
+            key = AKEY[alt_base + pc]
+        s = tf + P2
+        if te > s:
+            s = te
+        tf = s
+        if op == OP_MVMUL:
+            if ibiw <= 0:
+                return _fail(ci, gi, c, pc, E_MVM_WIDTH)
+            g = G2[i]
+            mi = gw[gbase + g] if 0 <= g < gn else -1
+            if mi < 0:
+                return _fail(ci, gi, c, pc, E_MVM_WEIGHT, g)
+            if IMM[i] <= 0:
+                return _fail(ci, gi, c, pc, E_MVM_MBIW)
+            a = R[R1[i]] // eb
+            d = R[RD[i]] // eb
+            rows, cols = wrows[mi], wcols[mi]
+            if a < 0 or a + rows > LN or d < 0 or d + cols > LN:
+                return _fail(ci, gi, c, pc, E_MVM_RANGE, a, rows, d, cols, LN)
+            if key < 0:
+                return _fail(ci, gi, c, pc, E_INTERNAL)
+            mvm_into(L, a, wflat, wofs[mi], rows, cols, scratch)
+            if G1[i]:
+                for j in range(cols):
+                    v = scratch[j]
+                    L[d + j] = v if (v > 0 or v != v) else np.float32(0.0)
+            else:
+                for j in range(cols):
+                    L[d + j] = scratch[j]
+            dur = ctab[key, 0]
+            busy_m += dur
+            e_m += ctab[key, 1]
+            e_l += ctab[key, 2]
+            te = s + dur + P3
+        elif op <= OP_VEC_HI:
+            length = G3[i]
+            if length <= 0:
+                return _fail(ci, gi, c, pc, E_VEC_LEN)
+            if op == OP_VVSLL or op == OP_VVSRA or op == OP_VRSU or op == OP_VRSL:
+                return _fail(ci, gi, c, pc, E_VEC_UNSUPPORTED)
+            sel = G1[i]
+            off = G2[i]
+            a = R[R1[i]] // eb + (off if sel & 2 else 0)
+            d = R[RD[i]] // eb + (off if sel & 1 else 0)
+            if op == OP_VMV or op == OP_VAVG:
+                b = R[IMM[i]]
+                span = (length - 1) * b + 1 if b > 0 else 1
+                if a < 0 or a + span > LN or d < 0 or d + length > LN:
+                    return _fail(ci, gi, c, pc, E_LOCAL_RANGE)
+            else:
+                b = R[IMM[i]] // eb + (off if sel & 4 else 0)
+                if a < 0 or a + length > LN or d < 0 or d + length > LN or b < 0 or b + length > LN:
+                    return _fail(ci, gi, c, pc, E_LOCAL_RANGE)
+            lat = ctab[key, 0]
+            busy_v += lat
+            e_v += ctab[key, 1]
+            e_l += ctab[key, 2]
+            te = s + lat + PF
+            if (
+                op == OP_VVADD
+                or op == OP_VVSUB
+                or op == OP_VVMUL
+                or op == OP_VVMAX
+                or op == OP_VRELU
+                or op == OP_VMV
+            ):
+                vector_inline(op, L, d, a, b, length)
+            else:  # numpy computes it: hand over, then continue after it
+                gi[I_CORE], gi[I_X1], gi[I_X2], gi[I_X3], gi[I_X4], gi[I_X5] = c, op, d, a, b, length
+                pc += 1
+                rc = RC_HOSTOP
+                break
+        elif op == OP_LLDI or op == OP_LMV:
+            sel = G1[i]
+            off = G2[i]
+            size = G3[i]
+            m = size // eb
+            d = (R[RD[i]] + (off if sel & 1 else 0)) // eb
+            if d < 0 or d + m > LN:
+                return _fail(ci, gi, c, pc, E_LOCAL_RANGE)
+            if op == OP_LLDI:
+                v = np.float32(IMM[i])
+                for j in range(m):
+                    L[d + j] = v
+            else:
+                a = (R[R1[i]] + (off if sel & 2 else 0)) // eb
+                if a < 0 or a + m > LN:
+                    return _fail(ci, gi, c, pc, E_LOCAL_RANGE)
+                move(L, d, L, a, m)
+            lat = ctab[key, 0]
+            busy_t += lat
+            e_l += ctab[key, 1]
+            te = s + lat + PF
+        elif op == OP_SYNC:
+            dst = IMM[i]
+            ev = G1[i]
+            if not 0 <= dst < nc or not 0 <= ev < 32:
+                return _fail(ci, gi, c, pc, E_SYNC_TARGET)
+            arr = noc_message(st, prm, s, c, LINK[i], 1, 0.0)
+            heap_push(st, arr, EV_SYNC, dst, ev)
+            busy_t += P
+            te = s + P + P3
+        elif op == OP_WAIT:
+            ev = G1[i]
+            val = G2[i]
+            if evr[c, ev] >= val:  # already satisfied: arrivals only add
+                evr[c, ev] -= val
+                te = s + P3
+            else:
+                ci[c, CI_PA], ci[c, CI_PB] = ev, val
+                ci[c, CI_BLOCKED] = B_WAIT_DISPATCH
+                heap_push(st, s, EV_WAIT, c, 0)
+                break
+        else:  # ld, st, send, recv: block and hand over to the event heap
+            sel = G1[i]
+            off = G2[i]
+            size = G3[i]
+            m = size // eb
+            if op == OP_LD or op == OP_ST:
+                if op == OP_LD:
+                    la = (R[RD[i]] + (off if sel & 1 else 0)) // eb
+                    ha = (R[R1[i]] + (off if sel & 2 else 0)) // eb
+                else:
+                    ha = (R[RD[i]] + (off if sel & 1 else 0)) // eb
+                    la = (R[R1[i]] + (off if sel & 2 else 0)) // eb
+                if la < 0 or la + m > LN:
+                    return _fail(ci, gi, c, pc, E_CHECK_LOCAL, la, m, LN)
+                hsize = st[S_HDATA].size
+                if ha < 0 or ha + m > hsize:
+                    return _fail(ci, gi, c, pc, E_CHECK_HOST, ha, m, hsize)
+                ci[c, CI_PA], ci[c, CI_PB], ci[c, CI_PC2] = op == OP_ST, ha, la
+                ci[c, CI_PD], ci[c, CI_PE], ci[c, CI_PG] = m, size, key
+                cf[c, CF_PS] = s
+                ci[c, CI_BLOCKED] = B_MEMORY
+                if op == OP_ST:
+                    e_l += ctab[key, 1]
+                    arr = noc_message(st, prm, s + ctab[key, 0], c, LINK[i], size, 0.0)
+                else:
+                    arr = noc_message(st, prm, s, c, LINK[i], 1, 0.0)
+                heap_push(st, arr, EV_MEM, c, 0)
+            else:
+                other = IMM[i]
+                la = (R[RD[i]] + (off if sel & 1 else 0)) // eb
+                if la < 0 or la + m > LN:
+                    return _fail(ci, gi, c, pc, E_CHECK_LOCAL, la, m, LN)
+                if not 0 <= other < nc or other == c:
+                    code = E_SEND_TARGET if op == OP_SEND else E_RECV_TARGET
+                    return _fail(ci, gi, c, pc, code, other)
+                ci[c, CI_PA], ci[c, CI_PC2], ci[c, CI_PD], ci[c, CI_PE] = other, la, m, size
+                ci[c, CI_PF], ci[c, CI_PG] = LINK[i], key
+                cf[c, CF_PS] = s
+                if op == OP_SEND:
+                    ci[c, CI_BLOCKED] = B_SEND
+                    a1 = noc_message(st, prm, s, c, LINK[i], 1, P)
+                    heap_push(st, a1, EV_READY, other, c)
+                else:
+                    ci[c, CI_BLOCKED] = B_RECV
+                    heap_push(st, s, EV_RECV, c, 0)
+            break
+        pc += 1
+    ci[c, CI_PC], ci[c, CI_RND] = pc, rnd
+    cf[c, CF_TF], cf[c, CF_TE] = tf, te
+    ci[c, CI_IBIW], ci[c, CI_OBIW] = ibiw, obiw
+    if rc == RC_HOSTOP:  # the run continues after the host op: keep the sums open
+        cf[c, CF_AM], cf[c, CF_AV], cf[c, CF_AT] = busy_m, busy_v, busy_t
+        cf[c, CF_EM], cf[c, CF_EV], cf[c, CF_EL] = e_m, e_v, e_l
+        return rc
+    cf[c, CF_MB] += busy_m
+    cf[c, CF_VB] += busy_v
+    cf[c, CF_TB] += busy_t
+    gf[G_EM] += e_m
+    gf[G_EV] += e_v
+    gf[G_EL] += e_l
+    return rc
