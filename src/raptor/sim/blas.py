@@ -40,7 +40,9 @@ for _name in ("sgemv", "sdot"):
 _i64, _ptr, _f32 = types.int64, types.intp, types.float32
 _sgemv = types.ExternalFunction(
     f"scipy_cblas_sgemv{_SUFFIX}",
-    types.void(types.int32, types.int32, _i64, _i64, _f32, _ptr, _i64, _ptr, _i64, _f32, _ptr, _i64),
+    types.void(
+        types.int32, types.int32, _i64, _i64, _f32, _ptr, _i64, _ptr, _i64, _f32, _ptr, _i64
+    ),
 )
 _sdot = types.ExternalFunction(f"scipy_cblas_sdot{_SUFFIX}", _f32(_i64, _ptr, _i64, _ptr, _i64))
 _ROW_MAJOR, _TRANS = 101, 112

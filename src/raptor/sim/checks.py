@@ -57,20 +57,33 @@ def describe(stream: np.ndarray, pc: int) -> str:
     )
 
 
+def opcode_mask(ops) -> np.ndarray:
+    """A 256-entry table, True at the given opcodes (`mask[op]` tests a whole column)."""
+    m = np.zeros(256, bool)
+    m[[int(o) for o in ops]] = True
+    return m
+
+
+_RD_MASK = opcode_mask(_USES_RD)
+_R1_MASK = opcode_mask(_USES_R1)
+
+
+def bad_register_rows(
+    op: np.ndarray, rd: np.ndarray, r1: np.ndarray, imm: np.ndarray, g1: np.ndarray
+) -> np.ndarray:
+    """Rows whose register or event-register numbers are out of range (field columns)."""
+    vector = (op >= Opcode.VVADD) & (op <= Opcode.VRSL)
+    return (
+        ((_RD_MASK[op] | vector) & (rd >= NUM_REGISTERS))
+        | ((_R1_MASK[op] | vector) & (r1 >= NUM_REGISTERS))
+        | (vector & ((imm < 0) | (imm >= NUM_REGISTERS)))
+        | ((op == Opcode.WAIT) & ((g1 < 0) | (g1 >= NUM_EVENT_REGISTERS)))
+    )
+
+
 def bad_register_field(s: np.ndarray) -> int:
     """The first pc whose register or event-register numbers are out of range, else -1 (checked
     before a stream runs, so that an exception while running is a simulator bug, never a bad
     program)."""
-    op = s["opcode"].astype(np.int64)
-    vector = (op >= Opcode.VVADD) & (op <= Opcode.VRSL)
-    uses_rd = np.isin(op, _USES_RD)
-    uses_r1 = np.isin(op, _USES_R1)
-    imm = s["r2_or_imm"].astype(np.int64)
-    ev = s["generic1"]
-    bad = (
-        ((uses_rd | vector) & (s["rd"] >= NUM_REGISTERS))
-        | ((uses_r1 | vector) & (s["r1"] >= NUM_REGISTERS))
-        | (vector & ((imm < 0) | (imm >= NUM_REGISTERS)))
-        | ((op == Opcode.WAIT) & ((ev < 0) | (ev >= NUM_EVENT_REGISTERS)))
-    )
+    bad = bad_register_rows(s["opcode"], s["rd"], s["r1"], s["r2_or_imm"], s["generic1"])
     return int(np.argmax(bad)) if bad.any() else -1

@@ -16,7 +16,7 @@ from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram
 from raptor.sim import kernel_state as K
 from raptor.sim import vector as vec
-from raptor.sim.checks import FIELDS_MESSAGE, bad_register_field, describe
+from raptor.sim.checks import FIELDS_MESSAGE, bad_register_rows, describe, opcode_mask
 from raptor.sim.energy import EnergyCounter, static_power_mw
 from raptor.sim.kernel import run as kernel_run
 from raptor.sim.matrix import MatrixUnit
@@ -26,6 +26,7 @@ from raptor.sim.transfer import Noc
 
 _LINKED = (int(Opcode.LD), int(Opcode.ST), int(Opcode.SEND), int(Opcode.RECV), int(Opcode.SYNC))
 _SIZED = (int(Opcode.LLDI), int(Opcode.LMV), *_LINKED[:4])
+_LINKED_MASK, _SIZED_MASK = opcode_mask(_LINKED), opcode_mask(_SIZED)
 
 
 class _Core:
@@ -58,6 +59,19 @@ def _pack(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return rows, inv.ravel()
 
 
+def _zeros_small_pages(shape: tuple[int, int]) -> np.ndarray:
+    """Zeroed float32 memory the OS maps page by page as it is touched: numpy asks for huge pages
+    on large arrays, and zeroing a 2 MB page for each core's first store costs more than the
+    whole run of a small program."""
+    setter = getattr(np._core.multiarray, "_set_madvise_hugepage", None)
+    old = setter(False) if setter else None
+    try:
+        return np.zeros(shape, np.float32)
+    finally:
+        if setter:
+            setter(old)
+
+
 class CompiledEngine:
     """One simulation of a PimProgram on an Arch (rob_size 1) for `rounds` rounds, with the
     interface `simulate` uses of `Engine`: run(), cores[i].n / .stats, energy_total(), noc,
@@ -76,9 +90,6 @@ class CompiledEngine:
             c = _Core()
             c.id, c.n, c.stream, c.stats = i, len(s), s, CoreStats(core=i)
             self.cores.append(c)
-            bad = bad_register_field(s)
-            if bad >= 0:
-                raise SimulationError(f"core {i} pc {bad} ({describe(s, bad)}): {FIELDS_MESSAGE}")
         self._build()
 
     # ---------------------------------------------------------------- layout
@@ -90,15 +101,28 @@ class CompiledEngine:
         if nc:
             base[1:] = np.cumsum(ns)[:-1]
         total = int(ns.sum())
-        cols = {}
-        for f, dt in (("opcode", np.uint8), ("rd", np.uint8), ("r1", np.uint8)) + tuple(
-            (f, np.int32) for f in ("r2_or_imm", "generic1", "generic2", "generic3")
-        ):
-            a = np.empty(total, dt)
-            for s, b in zip(prog.cores, base):
-                a[b : b + len(s)] = s[f]
-            cols[f] = a
-        op, imm, g1, g2, g3 = (cols[f] for f in ("opcode", "r2_or_imm", "generic1", "generic2", "generic3"))
+        ins = np.empty((total, 9), np.int32)  # opcode, rd, r1, imm, g1, g2, g3, cost key, link
+        for s, b in zip(prog.cores, base):
+            for j, f in enumerate(
+                ("opcode", "rd", "r1", "r2_or_imm", "generic1", "generic2", "generic3")
+            ):
+                ins[b : b + len(s), j] = s[f]
+        op, imm, g1, g2, g3 = ins[:, 0], ins[:, 3], ins[:, 4], ins[:, 5], ins[:, 6]
+        bad = bad_register_rows(op, ins[:, 1], ins[:, 2], imm, g1)
+        if bad.any():
+            i0 = int(np.argmax(bad))
+            c = int(np.searchsorted(base, i0, "right") - 1)
+            while ns[c] == 0:
+                c -= 1
+            pc = i0 - int(base[c])
+            msg = f"core {c} pc {pc} ({describe(prog.cores[c], pc)}): {FIELDS_MESSAGE}"
+            raise SimulationError(msg)
+        cols = {
+            f: ins[:, j]
+            for j, f in enumerate(
+                ("opcode", "rd", "r1", "r2_or_imm", "generic1", "generic2", "generic3")
+            )
+        }
         core_of = np.repeat(np.arange(nc, dtype=np.int32), ns)
 
         # array groups: weight matrix and crossbar count per (core, group)
@@ -112,7 +136,10 @@ class CompiledEngine:
             xbars = list(prog.array_group_map[i])
             n = max(len(agw), len(xbars))
             gbase[i], gn[i] = len(gw), n
-            gw += [int(m) if g < len(agw) and 0 <= m < len(weights) else -1 for g, m in enumerate(agw + [-1] * (n - len(agw)))]
+            gw += [
+                int(m) if g < len(agw) and 0 <= m < len(weights) else -1
+                for g, m in enumerate(agw + [-1] * (n - len(agw)))
+            ]
             gx += [int(xbars[g]) if g < len(xbars) else -1 for g in range(n)]
         gw_a = np.array(gw + [-1], np.int64)
         gx_a = np.array(gx + [-1], np.int64)
@@ -160,15 +187,23 @@ class CompiledEngine:
         akey = np.full(max(n_alt, 1), -1, np.int32)
         for pos, (start, ibv, obv) in zip(alt_pos, alt_state):
             akey[start : start + len(pos)] = self._unit_keys(
-                pos, np.full(len(pos), ibv), np.full(len(pos), obv), cols, core_of, gbase, gn, gw_a, gx_a
+                pos,
+                np.full(len(pos), ibv),
+                np.full(len(pos), obv),
+                cols,
+                core_of,
+                gbase,
+                gn,
+                gw_a,
+                gx_a,
             )
-        sized = np.flatnonzero(np.isin(op, _SIZED))
+        sized = np.flatnonzero(_SIZED_MASK[op])
         key[sized] = self._sized_keys(op[sized], g3[sized])
         ctab = np.array(self.rows if self.rows else [(0.0,) * 4], np.float64)
 
         # NoC links per instruction (sync, ld, st, send, recv)
         link = np.full(total, -1, np.int32)
-        lk = np.flatnonzero(np.isin(op, _LINKED))
+        lk = np.flatnonzero(_LINKED_MASK[op])
         src = core_of[lk].astype(np.int64)
         mem = (op[lk] == Opcode.LD) | (op[lk] == Opcode.ST)
         dst = np.where(mem, arch.noc.global_memory_switch_id, imm[lk]).astype(np.int64)
@@ -194,7 +229,7 @@ class CompiledEngine:
         lm = arch.core.local_memory
         self.LN = lm.memory_size // eb
         n_prog = int((ns > 0).sum())
-        self.local = np.zeros((max(n_prog, 1), self.LN), np.float32)
+        self.local = _zeros_small_pages((max(n_prog, 1), self.LN))
         n_sync = int((op == Opcode.SYNC).sum())
         cap = nc + n_sync * self.rounds + 16
         q = np.zeros(nc + 1, np.int64)
@@ -207,18 +242,26 @@ class CompiledEngine:
         self.outreg, self.outbuf = self._regions(host.outputs)
         hw = host.written.view(np.uint8) if host.written is not None else np.zeros(0, np.uint8)
         scratch = np.zeros(int(wcols.max()) + 1, np.float32)
+        ins[:, 7], ins[:, 8] = key, link
+        wmeta = np.stack([wofs, wrows, wcols], 1)
+        net = np.array([llat, le, lch, lech], np.float64).T.copy()
+        heap_t = np.zeros(cap)
+        heap_i = np.zeros((cap, 4), np.int64)
         self.st = (
-            op, cols["rd"], cols["r1"], imm, g1, g2, g3, key, link, akey, ci, cf,
-            np.zeros((nc, 32), np.int64), np.zeros((nc, 32), np.int64),
-            np.zeros((nc, self.rounds), np.float64), self.local, gw_a, wflat, wofs, wrows, wcols,
-            ctab, np.array(llat), np.array(le), np.array(lch, np.int64), np.array(lech),
-            np.zeros(max(nc, 1), np.float64), np.zeros(K.N_GF, np.float64), gi,
-            np.zeros(cap), np.zeros(cap, np.int64), np.zeros(cap, np.int64),
-            np.zeros(cap, np.int64), np.zeros(cap, np.int64), q, np.full(nc, -1, np.int64),
-            np.full(nc, -1, np.int64), host.data, hw, self.inreg, inbuf, self.outreg,
-            self.outbuf, scratch,
+            ins, akey, ci, cf, np.zeros((nc, 32), np.int64), np.zeros((nc, 32), np.int64),
+            np.zeros((nc, self.rounds), np.float64), self.local, gw_a, wflat, wmeta, ctab, net,
+            np.zeros(max(nc, 1), np.float64), np.zeros(K.N_GF, np.float64), gi, heap_t, heap_i,
+            q, np.full(nc, -1, np.int64), np.full(nc, -1, np.int64),
+            (host.data, hw, self.inreg, inbuf, self.outreg, self.outbuf), scratch,
         )  # fmt: skip
-        self.prm = (float(arch.core.period), int(eb), int(self.LN), int(self.rounds), int(arch.noc.bus_width), int(nc))
+        self.prm = (
+            float(arch.core.period),
+            int(eb),
+            int(self.LN),
+            int(self.rounds),
+            int(arch.noc.bus_width),
+            int(nc),
+        )
 
     def _row(self, k: tuple, make) -> int:
         r = self.reg.get(k)
@@ -244,7 +287,9 @@ class CompiledEngine:
             for j, (xb, ib_, ob_, mb) in enumerate(rows.tolist()):
 
                 def mk(xb=xb, ib_=ib_, ob_=ob_, mb=mb):
-                    rd, lat, wr, em, el = MatrixUnit(arch, [xb], [None]).cost(0, ib_, ob_, mb, local)
+                    rd, lat, wr, em, el = MatrixUnit(arch, [xb], [None]).cost(
+                        0, ib_, ob_, mb, local
+                    )
                     return (rd + lat + wr, em, el, 0.0)
 
                 ids[j] = self._row(("m", xb, ib_, ob_, mb), mk)
@@ -258,7 +303,10 @@ class CompiledEngine:
             ids = np.empty(len(rows), np.int32)
             vu = vec.VectorUnit(arch)
             for j, (o, n, ib_, ob_) in enumerate(rows.tolist()):
-                ids[j] = self._row(("v", o, n, ib_, ob_), lambda o=o, n=n, a=ib_, b=ob_: (*vu.cost(o, n, a, b, local), 0.0))
+                ids[j] = self._row(
+                    ("v", o, n, ib_, ob_),
+                    lambda o=o, n=n, a=ib_, b=ob_: (*vu.cost(o, n, a, b, local), 0.0),
+                )
             out[okv] = ids[inv]
         return out
 
@@ -274,7 +322,12 @@ class CompiledEngine:
             if o == Opcode.LLDI:
                 make = lambda n=n: (*lc(n, True), 0.0, 0.0)  # noqa: E731
             elif o == Opcode.LMV:
-                make = lambda n=n: (lc(n, True)[0] + lc(n, False)[0], lc(n, True)[1] + lc(n, False)[1], 0.0, 0.0)  # noqa: E731
+                make = lambda n=n: (
+                    lc(n, True)[0] + lc(n, False)[0],
+                    lc(n, True)[1] + lc(n, False)[1],
+                    0.0,
+                    0.0,
+                )  # noqa: E731
             elif o == Opcode.ST:
                 make = lambda n=n: (*lc(n, False), *gc(n, True))  # noqa: E731
             elif o == Opcode.LD:
@@ -316,13 +369,31 @@ class CompiledEngine:
         cf, fin = st[K.S_CF], st[K.S_FIN]
         for c in self.cores:
             s = c.stats
-            s.matrix_busy_ns, s.vector_busy_ns, s.transfer_busy_ns = (float(cf[c.id, k]) for k in (K.CF_MB, K.CF_VB, K.CF_TB))
-            s.stall_sync_ns, s.stall_recv_ns, s.stall_memory_ns = (float(cf[c.id, k]) for k in (K.CF_SS, K.CF_SR, K.CF_SM))
+            s.matrix_busy_ns, s.vector_busy_ns, s.transfer_busy_ns = (
+                float(cf[c.id, k]) for k in (K.CF_MB, K.CF_VB, K.CF_TB)
+            )
+            s.stall_sync_ns, s.stall_recv_ns, s.stall_memory_ns = (
+                float(cf[c.id, k]) for k in (K.CF_SS, K.CF_SR, K.CF_SM)
+            )
             s.finish_ns = fin[c.id].tolist() if c.n else []
         gf = st[K.S_GF]
-        self.energy = EnergyCounter(matrix_pj=float(gf[K.G_EM]), vector_pj=float(gf[K.G_EV]), local_memory_pj=float(gf[K.G_EL]))
-        self.noc = _Counters(inter_chip_bytes=int(gi[K.I_ICB]), inter_chip_energy_pj=float(gf[K.G_ICE]), energy_pj=float(gf[K.G_NE]), flits=int(gi[K.I_FLITS]))
-        self.gmem = _Counters(bytes=int(gi[K.I_GBYTES]), energy_pj=float(gf[K.G_GE]), busy_ns=float(gf[K.G_GNS]), requests=int(gi[K.I_GREQ]))
+        self.energy = EnergyCounter(
+            matrix_pj=float(gf[K.G_EM]),
+            vector_pj=float(gf[K.G_EV]),
+            local_memory_pj=float(gf[K.G_EL]),
+        )
+        self.noc = _Counters(
+            inter_chip_bytes=int(gi[K.I_ICB]),
+            inter_chip_energy_pj=float(gf[K.G_ICE]),
+            energy_pj=float(gf[K.G_NE]),
+            flits=int(gi[K.I_FLITS]),
+        )
+        self.gmem = _Counters(
+            bytes=int(gi[K.I_GBYTES]),
+            energy_pj=float(gf[K.G_GE]),
+            busy_ns=float(gf[K.G_GNS]),
+            requests=int(gi[K.I_GREQ]),
+        )
         self.noc_bytes = int(gi[K.I_NOCB])
 
     def energy_total(self, run_time_ns: float) -> EnergyCounter:

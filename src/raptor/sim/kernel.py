@@ -59,6 +59,7 @@ from raptor.sim.kernel_state import (
     I_X1,
     I_X2,
     I_X3,
+    I_X4,
     K_MEMORY,
     K_RECV,
     K_SYNC,
@@ -66,61 +67,40 @@ from raptor.sim.kernel_state import (
     RC_DONE,
     RC_ERROR,
     RC_HOSTOP,
-    S_CF,
-    S_CI,
-    S_CTAB,
-    S_EVR,
-    S_GF,
-    S_GI,
-    S_HA,
-    S_HB,
-    S_HDATA,
-    S_HK,
-    S_HS,
-    S_HT,
-    S_HWRITTEN,
-    S_INBUF,
-    S_INREG,
-    S_LLAT,
-    S_LOCAL,
-    S_OUTBUF,
-    S_OUTREG,
-    S_PEND_TO,
-    S_Q,
-    S_RWAIT,
-    S_SWFREE,
 )
 from raptor.sim.kernel_values import host_read, host_write, move
 
 
 @njit(cache=True, nogil=True)
-def _pop(st):
+def _pop(gi, ht, hi):
     """Remove the earliest (t, seq) event; returns (t, kind, a, b)."""
-    gi, ht, hs, hk, ha, hb = st[S_GI], st[S_HT], st[S_HS], st[S_HK], st[S_HA], st[S_HB]
-    t, kind, a, b = ht[0], hk[0], ha[0], hb[0]
+    t, kind, a, b = ht[0], hi[0, 1], hi[0, 2], hi[0, 3]
     gi[I_HN] -= 1
     n = gi[I_HN]
-    lt, ls, lk, la, lb = ht[n], hs[n], hk[n], ha[n], hb[n]
+    lt, ls = ht[n], hi[n, 0]
     i = 0
     while True:
         j = 2 * i + 1
         if j >= n:
             break
-        if j + 1 < n and (ht[j + 1] < ht[j] or (ht[j + 1] == ht[j] and hs[j + 1] < hs[j])):
+        if j + 1 < n and (ht[j + 1] < ht[j] or (ht[j + 1] == ht[j] and hi[j + 1, 0] < hi[j, 0])):
             j += 1
-        if lt < ht[j] or (lt == ht[j] and ls < hs[j]):
+        if lt < ht[j] or (lt == ht[j] and ls < hi[j, 0]):
             break
-        ht[i], hs[i], hk[i], ha[i], hb[i] = ht[j], hs[j], hk[j], ha[j], hb[j]
+        ht[i] = ht[j]
+        hi[i, 0], hi[i, 1], hi[i, 2], hi[i, 3] = hi[j, 0], hi[j, 1], hi[j, 2], hi[j, 3]
         i = j
     if n > 0:
-        ht[i], hs[i], hk[i], ha[i], hb[i] = lt, ls, lk, la, lb
+        ht[i] = lt
+        hi[i, 0], hi[i, 1], hi[i, 2], hi[i, 3] = ls, hi[n, 1], hi[n, 2], hi[n, 3]
     return t, kind, a, b
 
 
 @njit(cache=True, nogil=True)
-def _resume(st, prm, c: int, start: float, end: float, stall: float, kind: int, retire: int):
+def _resume(
+    ci, cf, gi, q, P: float, c: int, start: float, end: float, stall: float, kind: int, retire: int
+):
     """A blocked shared-state instruction of core c completed at end: queue the core to go on."""
-    ci, cf, gi, q = st[S_CI], st[S_CF], st[S_GI], st[S_Q]
     cf[c, CF_TB] += end - start - stall
     if kind == K_SYNC:
         cf[c, CF_SS] += stall
@@ -128,7 +108,7 @@ def _resume(st, prm, c: int, start: float, end: float, stall: float, kind: int, 
         cf[c, CF_SR] += stall
     else:
         cf[c, CF_SM] += stall
-    cf[c, CF_TE] = end + retire * prm[0]
+    cf[c, CF_TE] = end + retire * P
     ci[c, CI_BLOCKED] = B_NONE
     ci[c, CI_PC] += 1
     ci[c, CI_FRESH] = 1
@@ -137,8 +117,8 @@ def _resume(st, prm, c: int, start: float, end: float, stall: float, kind: int, 
 
 
 @njit(cache=True, nogil=True)
-def _mem_arrive(st, prm, c: int, t: float) -> None:
-    ci, cf, gf, gi, ctab = st[S_CI], st[S_CF], st[S_GF], st[S_GI], st[S_CTAB]
+def _mem_arrive(ci, cf, gf, gi, q, ctab, swfree, local, host, P: float, c: int, t: float) -> None:
+    hdata, hwritten, inreg, inbuf, outreg, outbuf = host
     is_st, ha, la, m, size, key = (
         ci[c, CI_PA],
         ci[c, CI_PB],
@@ -157,115 +137,108 @@ def _mem_arrive(st, prm, c: int, t: float) -> None:
     gf[G_GNS] += glat
     gi[I_GREQ] += 1
     gi[I_GBYTES] += size
-    st[S_SWFREE][c] = mend  # transport mode: switch held until the response
-    L = st[S_LOCAL][ci[c, CI_LROW]]
+    swfree[c] = mend  # transport mode: switch held until the response
+    L = local[ci[c, CI_LROW]]
     rnd = ci[c, CI_RND]
     if is_st:
-        host_write(
-            L, la, st[S_HDATA], st[S_HWRITTEN], ha, m, rnd, st[S_OUTREG], st[S_OUTBUF]
-        )
-        end = mend
-        _resume(st, prm, c, s, end, mstart - t, K_MEMORY, 3)
+        host_write(L, la, hdata, hwritten, ha, m, rnd, outreg, outbuf)
+        _resume(ci, cf, gi, q, P, c, s, mend, mstart - t, K_MEMORY, 3)
     else:
-        host_read(L, la, st[S_HDATA], ha, m, rnd, st[S_INREG], st[S_INBUF])
+        host_read(L, la, hdata, ha, m, rnd, inreg, inbuf)
         gf[G_EL] += ctab[key, 1]
-        end = mend + ctab[key, 0]
-        _resume(st, prm, c, s, end, mstart - t, K_MEMORY, 2)
+        _resume(ci, cf, gi, q, P, c, s, mend + ctab[key, 0], mstart - t, K_MEMORY, 2)
 
 
 @njit(cache=True, nogil=True)
-def _rendezvous(st, prm, snd: int, rcv: int, t: float) -> int:
-    ci, cf, gf, gi, ctab = st[S_CI], st[S_CF], st[S_GF], st[S_GI], st[S_CTAB]
+def _rendezvous(
+    ci, cf, gf, gi, q, ctab, net, swfree, local, prm, snd: int, rcv: int, t: float
+) -> int:
+    P, bus = prm[0], prm[4]
     s_addr, n, size, s_start = ci[snd, CI_PC2], ci[snd, CI_PD], ci[snd, CI_PE], cf[snd, CF_PS]
     r_addr, rsize, r_start = ci[rcv, CI_PC2], ci[rcv, CI_PE], cf[rcv, CF_PS]
     if rsize != size:
-        gi[I_CORE], gi[I_X1], gi[I_X2], gi[I_X3] = rcv, E_SIZE_MISMATCH, rsize, size
-        gi[I_X3 + 1] = snd
+        gi[I_CORE], gi[I_X1], gi[I_X2], gi[I_X3], gi[I_X4] = rcv, E_SIZE_MISMATCH, rsize, size, snd
         return RC_ERROR
-    local = st[S_LOCAL]
     move(local[ci[rcv, CI_LROW]], r_addr, local[ci[snd, CI_LROW]], s_addr, n)
     gi[I_NOCB] += size
     key, link = ci[snd, CI_PG], ci[snd, CI_PF]
     rd, wr = ctab[key, 0], ctab[key, 2]
     gf[G_EL] += ctab[key, 1] + ctab[key, 3]
     r_end = t + rd
-    a3 = noc_message(st, prm, r_end, snd, link, size, 0.0)
-    lat = st[S_LLAT][link]
-    bus = prm[4]
+    a3 = noc_message(net, swfree, gf, gi, bus, r_end, snd, link, size, 0.0)
+    lat = net[link, 0]
     data_ns = (max(1, math.ceil(size / bus)) if size > 0 else 0) * lat
     recv_end = a3 + wr
     x = t - s_start - 2 * lat
     s_stall = x if x > 0.0 else 0.0
     y = recv_end - r_start - rd - wr - data_ns - 2 * lat
     r_stall = y if y > 0.0 else 0.0
-    _resume(st, prm, snd, s_start, r_end, s_stall, K_RECV, 3)
-    _resume(st, prm, rcv, r_start, recv_end, r_stall, K_RECV, 3)
+    _resume(ci, cf, gi, q, P, snd, s_start, r_end, s_stall, K_RECV, 3)
+    _resume(ci, cf, gi, q, P, rcv, r_start, recv_end, r_stall, K_RECV, 3)
     return RC_DONE
 
 
 @njit(cache=True, nogil=True)
-def _event(st, prm, t: float, kind: int, a: int, b: int) -> int:
-    ci, cf, evr, gi = st[S_CI], st[S_CF], st[S_EVR], st[S_GI]
-    rwait, pend_to = st[S_RWAIT], st[S_PEND_TO]
-    if kind == EV_MEM:
-        _mem_arrive(st, prm, a, t)
-    elif kind == EV_SYNC:
-        evr[a, b] += 1
-        if ci[a, CI_BLOCKED] == B_WAIT and ci[a, CI_PA] == b and evr[a, b] >= ci[a, CI_PB]:
-            evr[a, b] -= ci[a, CI_PB]
-            tf = cf[a, CF_TF]
-            _resume(st, prm, a, tf, t, t - tf, K_SYNC, 3)
-    elif kind == EV_WAIT:
-        ev, val = ci[a, CI_PA], ci[a, CI_PB]
-        if evr[a, ev] >= val:
-            evr[a, ev] -= val
-            _resume(st, prm, a, t, t, 0.0, K_SYNC, 3)
-        else:
-            ci[a, CI_BLOCKED] = B_WAIT
-    elif kind == EV_READY:  # a: receiver, b: sender
-        if rwait[a] == b:
-            rwait[a] = -1
-            a2 = noc_message(st, prm, t, a, ci[a, CI_PF], 1, 0.0)
-            heap_push(st, a2, EV_RDV, b, a)
-        else:
-            pend_to[b] = a
-    elif kind == EV_RECV:
-        src = ci[a, CI_PA]
-        if ci[src, CI_N] == 0:
-            gi[I_CORE], gi[I_X1], gi[I_X2] = a, E_RECV_NO_PROGRAM, src
-            return RC_ERROR
-        if pend_to[src] == a:
-            pend_to[src] = -1
-            a2 = noc_message(st, prm, t, a, ci[a, CI_PF], 1, 0.0)
-            heap_push(st, a2, EV_RDV, src, a)
-        else:
-            rwait[a] = src
-            ci[a, CI_BLOCKED] = B_RECV
-    elif kind == EV_RDV:
-        return _rendezvous(st, prm, a, b, t)
-    return RC_DONE
-
-
-@njit(cache=True, nogil=True)
-def run(st, prm) -> int:
+def run(st, prm) -> int:  # noqa: C901 - the event loop, one branch per event kind
     """Run until every core is done (RC_DONE), a host op is due (RC_HOSTOP: apply it, call
     again), a program error (RC_ERROR) or a deadlock (RC_DEADLOCK); details in gi."""
-    ci, gf, gi, q = st[S_CI], st[S_GF], st[S_GI], st[S_Q]
+    (ins, akey, ci, cf, regs, evr, fin, local, gw, wflat, wmeta, ctab, net, swfree, gf, gi, ht,
+     hi, q, rwait, pend_to, host, scratch) = st  # fmt: skip
+    P, bus = prm[0], prm[4]
+    hsize = host[0].size
     while True:
         if gi[I_QH] < gi[I_QT]:
             c = q[gi[I_QH] % q.size]
-            rc = run_core(c, st, prm)
+            rc = run_core(
+                c, ins, akey, ci, cf, regs, evr, fin, local, gw, wflat, wmeta, ctab, net, swfree,
+                gf, gi, ht, hi, hsize, scratch, prm,
+            )  # fmt: skip
             if rc == RC_HOSTOP or rc == RC_ERROR:
                 return rc
             gi[I_QH] += 1
             continue
         if gi[I_HN] == 0:
             break
-        t, kind, a, b = _pop(st)
+        t, kind, a, b = _pop(gi, ht, hi)
         gf[G_NOW] = t
-        rc = _event(st, prm, t, kind, a, b)
-        if rc != RC_DONE:
-            return rc
+        if kind == EV_MEM:
+            _mem_arrive(ci, cf, gf, gi, q, ctab, swfree, local, host, P, a, t)
+        elif kind == EV_SYNC:
+            evr[a, b] += 1
+            if ci[a, CI_BLOCKED] == B_WAIT and ci[a, CI_PA] == b and evr[a, b] >= ci[a, CI_PB]:
+                evr[a, b] -= ci[a, CI_PB]
+                tf = cf[a, CF_TF]
+                _resume(ci, cf, gi, q, P, a, tf, t, t - tf, K_SYNC, 3)
+        elif kind == EV_WAIT:
+            ev, val = ci[a, CI_PA], ci[a, CI_PB]
+            if evr[a, ev] >= val:
+                evr[a, ev] -= val
+                _resume(ci, cf, gi, q, P, a, t, t, 0.0, K_SYNC, 3)
+            else:
+                ci[a, CI_BLOCKED] = B_WAIT
+        elif kind == EV_READY:  # a: receiver, b: sender
+            if rwait[a] == b:
+                rwait[a] = -1
+                a2 = noc_message(net, swfree, gf, gi, bus, t, a, ci[a, CI_PF], 1, 0.0)
+                heap_push(gi, ht, hi, a2, EV_RDV, b, a)
+            else:
+                pend_to[b] = a
+        elif kind == EV_RECV:
+            src = ci[a, CI_PA]
+            if ci[src, CI_N] == 0:
+                gi[I_CORE], gi[I_X1], gi[I_X2] = a, E_RECV_NO_PROGRAM, src
+                return RC_ERROR
+            if pend_to[src] == a:
+                pend_to[src] = -1
+                a2 = noc_message(net, swfree, gf, gi, bus, t, a, ci[a, CI_PF], 1, 0.0)
+                heap_push(gi, ht, hi, a2, EV_RDV, src, a)
+            else:
+                rwait[a] = src
+                ci[a, CI_BLOCKED] = B_RECV
+        elif kind == EV_RDV:
+            rc = _rendezvous(ci, cf, gf, gi, q, ctab, net, swfree, local, prm, a, b, t)
+            if rc != RC_DONE:
+                return rc
     for c in range(ci.shape[0]):
         if not ci[c, CI_DONE]:
             return RC_DEADLOCK

@@ -115,74 +115,91 @@ from raptor.sim.kernel_state import (
     RC_DONE,
     RC_ERROR,
     RC_HOSTOP,
-    S_GF,
-    S_GI,
-    S_HA,
-    S_HB,
-    S_HDATA,
-    S_HK,
-    S_HS,
-    S_HT,
-    S_LCH,
-    S_LE,
-    S_LECH,
-    S_LLAT,
-    S_SCRATCH,
-    S_SWFREE,
 )
 from raptor.sim.kernel_values import move, vector_inline
 
 
 @njit(cache=True, nogil=True)
-def heap_push(st, t: float, kind: int, a: int, b: int) -> None:
-    """Push event (t, seq, kind, a, b); the heap orders by (t, seq) as heapq orders the tuples."""
-    gi, ht, hs, hk, ha, hb = st[S_GI], st[S_HT], st[S_HS], st[S_HK], st[S_HA], st[S_HB]
+def heap_push(gi, ht, hi, t: float, kind: int, a: int, b: int) -> None:
+    """Push event (t, seq, kind, a, b); the heap orders by (t, seq) as heapq orders the tuples
+    (ht: times, hi rows: seq, kind, a, b)."""
     gi[I_SEQ] += 1
     seq = gi[I_SEQ]
     i = gi[I_HN]
     gi[I_HN] += 1
     while i > 0:
         p = (i - 1) >> 1
-        if ht[p] < t or (ht[p] == t and hs[p] < seq):
+        if ht[p] < t or (ht[p] == t and hi[p, 0] < seq):
             break
-        ht[i], hs[i], hk[i], ha[i], hb[i] = ht[p], hs[p], hk[p], ha[p], hb[p]
+        ht[i] = ht[p]
+        hi[i, 0], hi[i, 1], hi[i, 2], hi[i, 3] = hi[p, 0], hi[p, 1], hi[p, 2], hi[p, 3]
         i = p
-    ht[i], hs[i], hk[i], ha[i], hb[i] = t, seq, kind, a, b
+    ht[i] = t
+    hi[i, 0], hi[i, 1], hi[i, 2], hi[i, 3] = seq, kind, a, b
 
 
 @njit(cache=True, nogil=True)
-def noc_message(st, prm, t: float, src: int, link: int, size: int, hold: float) -> float:
-    """`Noc.message`: queue size bytes on src's switch at t over link; returns the arrival."""
-    llat, le, lch, lech = st[S_LLAT], st[S_LE], st[S_LCH], st[S_LECH]
-    swfree, gf, gi = st[S_SWFREE], st[S_GF], st[S_GI]
-    bus = prm[4]
-    lat = llat[link]
+def noc_message(
+    net, swfree, gf, gi, bus: int, t: float, src: int, link: int, size: int, hold: float
+) -> float:
+    """`Noc.message`: queue size bytes on src's switch at t over link (net rows: per-flit
+    latency, energy, chip hops, inter-chip energy); returns the arrival."""
+    lat = net[link, 0]
     k = max(1, math.ceil(size / bus)) if size > 0 else 0
-    if lch[link]:
+    if net[link, 2]:
         gi[I_ICB] += k * bus
-        gf[G_ICE] += k * lech[link]
+        gf[G_ICE] += k * net[link, 3]
     free = swfree[src]
     start = t if t > free else free
     arrival = start + k * lat
     swfree[src] = arrival + hold
     gi[I_FLITS] += k
-    gf[G_NE] += k * le[link]
+    gf[G_NE] += k * net[link, 1]
     return arrival
 
 
 @njit(cache=True, nogil=True)
 def _fail(ci, gi, c: int, pc: int, code: int, x1=0, x2=0, x3=0, x4=0, x5=0) -> int:
     ci[c, CI_PC] = pc
-    gi[I_CORE], gi[I_X1], gi[I_X2], gi[I_X3], gi[I_X4], gi[I_X5], gi[I_X6] = c, code, x1, x2, x3, x4, x5
+    gi[I_CORE], gi[I_X1], gi[I_X2], gi[I_X3], gi[I_X4], gi[I_X5], gi[I_X6] = (
+        c,
+        code,
+        x1,
+        x2,
+        x3,
+        x4,
+        x5,
+    )
     return RC_ERROR
 
 
 @njit(cache=True, nogil=True)
-def run_core(c: int, st, prm) -> int:  # noqa: C901 - one flat dispatch loop, kept for speed
-    (OP, RD, R1, IMM, G1, G2, G3, KEY, LINK, AKEY, ci, cf, regs, evr, fin, local, gw, wflat,
-     wofs, wrows, wcols, ctab) = st[:22]  # fmt: skip
-    gf, gi, scratch = st[S_GF], st[S_GI], st[S_SCRATCH]
-    P, eb, LN, rounds, nc = prm[0], prm[1], prm[2], prm[3], prm[5]
+def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
+    c,
+    ins,
+    akey,
+    ci,
+    cf,
+    regs,
+    evr,
+    fin,
+    local,
+    gw,
+    wflat,
+    wmeta,
+    ctab,
+    net,
+    swfree,
+    gf,
+    gi,
+    ht,
+    hi,
+    hsize,
+    scratch,
+    prm,
+) -> int:
+    """Run core c ahead (ins rows: opcode, rd, r1, r2_or_imm, generic1-3, cost key, link)."""
+    P, eb, LN, rounds, bus, nc = prm
     P2 = 2 * P
     P3 = 3 * P
     PF = 2 * P
@@ -211,31 +228,31 @@ def run_core(c: int, st, prm) -> int:  # noqa: C901 - one flat dispatch loop, ke
             pc = 0
             continue
         i = base + pc
-        op = OP[i]
+        op = ins[i, 0]
         if op < OP_SETBW:  # scalar (and nop), executed in decode
             if op == OP_SLDI:
-                R[RD[i]] = IMM[i]
+                R[ins[i, 1]] = ins[i, 3]
             elif op == OP_SADDI:
-                R[RD[i]] = R[R1[i]] + IMM[i]
+                R[ins[i, 1]] = R[ins[i, 2]] + ins[i, 3]
             elif op == OP_SMULI:
-                R[RD[i]] = R[R1[i]] * IMM[i]
+                R[ins[i, 1]] = R[ins[i, 2]] * ins[i, 3]
             elif op == OP_SADD:
-                R[RD[i]] = R[R1[i]] + R[0]  # the binary has no rs2: register 0
+                R[ins[i, 1]] = R[ins[i, 2]] + R[0]  # the binary has no rs2: register 0
             elif op == OP_SSUB:
-                R[RD[i]] = R[R1[i]] - R[0]
+                R[ins[i, 1]] = R[ins[i, 2]] - R[0]
             elif op == OP_SMUL:
-                R[RD[i]] = R[R1[i]] * R[0]
+                R[ins[i, 1]] = R[ins[i, 2]] * R[0]
             tf += P
             pc += 1
             continue
         if op == OP_SETBW:
-            ibiw, obiw = G1[i], G2[i]
+            ibiw, obiw = ins[i, 4], ins[i, 5]
             tf += P
             pc += 1
             continue
-        key = KEY[i]
+        key = ins[i, 7]
         if rnd > 0 and pc < first_setbw:  # setbw state carried over from the previous round
-            key = AKEY[alt_base + pc]
+            key = akey[alt_base + pc]
         s = tf + P2
         if te > s:
             s = te
@@ -243,21 +260,21 @@ def run_core(c: int, st, prm) -> int:  # noqa: C901 - one flat dispatch loop, ke
         if op == OP_MVMUL:
             if ibiw <= 0:
                 return _fail(ci, gi, c, pc, E_MVM_WIDTH)
-            g = G2[i]
+            g = ins[i, 5]
             mi = gw[gbase + g] if 0 <= g < gn else -1
             if mi < 0:
                 return _fail(ci, gi, c, pc, E_MVM_WEIGHT, g)
-            if IMM[i] <= 0:
+            if ins[i, 3] <= 0:
                 return _fail(ci, gi, c, pc, E_MVM_MBIW)
-            a = R[R1[i]] // eb
-            d = R[RD[i]] // eb
-            rows, cols = wrows[mi], wcols[mi]
+            a = R[ins[i, 2]] // eb
+            d = R[ins[i, 1]] // eb
+            rows, cols = wmeta[mi, 1], wmeta[mi, 2]
             if a < 0 or a + rows > LN or d < 0 or d + cols > LN:
                 return _fail(ci, gi, c, pc, E_MVM_RANGE, a, rows, d, cols, LN)
             if key < 0:
                 return _fail(ci, gi, c, pc, E_INTERNAL)
-            mvm_into(L, a, wflat, wofs[mi], rows, cols, scratch)
-            if G1[i]:
+            mvm_into(L, a, wflat, wmeta[mi, 0], rows, cols, scratch)
+            if ins[i, 4]:
                 for j in range(cols):
                     v = scratch[j]
                     L[d + j] = v if (v > 0 or v != v) else np.float32(0.0)
@@ -270,22 +287,22 @@ def run_core(c: int, st, prm) -> int:  # noqa: C901 - one flat dispatch loop, ke
             e_l += ctab[key, 2]
             te = s + dur + P3
         elif op <= OP_VEC_HI:
-            length = G3[i]
+            length = ins[i, 6]
             if length <= 0:
                 return _fail(ci, gi, c, pc, E_VEC_LEN)
             if op == OP_VVSLL or op == OP_VVSRA or op == OP_VRSU or op == OP_VRSL:
                 return _fail(ci, gi, c, pc, E_VEC_UNSUPPORTED)
-            sel = G1[i]
-            off = G2[i]
-            a = R[R1[i]] // eb + (off if sel & 2 else 0)
-            d = R[RD[i]] // eb + (off if sel & 1 else 0)
+            sel = ins[i, 4]
+            off = ins[i, 5]
+            a = R[ins[i, 2]] // eb + (off if sel & 2 else 0)
+            d = R[ins[i, 1]] // eb + (off if sel & 1 else 0)
             if op == OP_VMV or op == OP_VAVG:
-                b = R[IMM[i]]
+                b = R[ins[i, 3]]
                 span = (length - 1) * b + 1 if b > 0 else 1
                 if a < 0 or a + span > LN or d < 0 or d + length > LN:
                     return _fail(ci, gi, c, pc, E_LOCAL_RANGE)
             else:
-                b = R[IMM[i]] // eb + (off if sel & 4 else 0)
+                b = R[ins[i, 3]] // eb + (off if sel & 4 else 0)
                 if a < 0 or a + length > LN or d < 0 or d + length > LN or b < 0 or b + length > LN:
                     return _fail(ci, gi, c, pc, E_LOCAL_RANGE)
             lat = ctab[key, 0]
@@ -303,24 +320,31 @@ def run_core(c: int, st, prm) -> int:  # noqa: C901 - one flat dispatch loop, ke
             ):
                 vector_inline(op, L, d, a, b, length)
             else:  # numpy computes it: hand over, then continue after it
-                gi[I_CORE], gi[I_X1], gi[I_X2], gi[I_X3], gi[I_X4], gi[I_X5] = c, op, d, a, b, length
+                gi[I_CORE], gi[I_X1], gi[I_X2], gi[I_X3], gi[I_X4], gi[I_X5] = (
+                    c,
+                    op,
+                    d,
+                    a,
+                    b,
+                    length,
+                )
                 pc += 1
                 rc = RC_HOSTOP
                 break
         elif op == OP_LLDI or op == OP_LMV:
-            sel = G1[i]
-            off = G2[i]
-            size = G3[i]
+            sel = ins[i, 4]
+            off = ins[i, 5]
+            size = ins[i, 6]
             m = size // eb
-            d = (R[RD[i]] + (off if sel & 1 else 0)) // eb
+            d = (R[ins[i, 1]] + (off if sel & 1 else 0)) // eb
             if d < 0 or d + m > LN:
                 return _fail(ci, gi, c, pc, E_LOCAL_RANGE)
             if op == OP_LLDI:
-                v = np.float32(IMM[i])
+                v = np.float32(ins[i, 3])
                 for j in range(m):
                     L[d + j] = v
             else:
-                a = (R[R1[i]] + (off if sel & 2 else 0)) // eb
+                a = (R[ins[i, 2]] + (off if sel & 2 else 0)) // eb
                 if a < 0 or a + m > LN:
                     return _fail(ci, gi, c, pc, E_LOCAL_RANGE)
                 move(L, d, L, a, m)
@@ -329,40 +353,39 @@ def run_core(c: int, st, prm) -> int:  # noqa: C901 - one flat dispatch loop, ke
             e_l += ctab[key, 1]
             te = s + lat + PF
         elif op == OP_SYNC:
-            dst = IMM[i]
-            ev = G1[i]
+            dst = ins[i, 3]
+            ev = ins[i, 4]
             if not 0 <= dst < nc or not 0 <= ev < 32:
                 return _fail(ci, gi, c, pc, E_SYNC_TARGET)
-            arr = noc_message(st, prm, s, c, LINK[i], 1, 0.0)
-            heap_push(st, arr, EV_SYNC, dst, ev)
+            arr = noc_message(net, swfree, gf, gi, bus, s, c, ins[i, 8], 1, 0.0)
+            heap_push(gi, ht, hi, arr, EV_SYNC, dst, ev)
             busy_t += P
             te = s + P + P3
         elif op == OP_WAIT:
-            ev = G1[i]
-            val = G2[i]
+            ev = ins[i, 4]
+            val = ins[i, 5]
             if evr[c, ev] >= val:  # already satisfied: arrivals only add
                 evr[c, ev] -= val
                 te = s + P3
             else:
                 ci[c, CI_PA], ci[c, CI_PB] = ev, val
                 ci[c, CI_BLOCKED] = B_WAIT_DISPATCH
-                heap_push(st, s, EV_WAIT, c, 0)
+                heap_push(gi, ht, hi, s, EV_WAIT, c, 0)
                 break
         else:  # ld, st, send, recv: block and hand over to the event heap
-            sel = G1[i]
-            off = G2[i]
-            size = G3[i]
+            sel = ins[i, 4]
+            off = ins[i, 5]
+            size = ins[i, 6]
             m = size // eb
             if op == OP_LD or op == OP_ST:
                 if op == OP_LD:
-                    la = (R[RD[i]] + (off if sel & 1 else 0)) // eb
-                    ha = (R[R1[i]] + (off if sel & 2 else 0)) // eb
+                    la = (R[ins[i, 1]] + (off if sel & 1 else 0)) // eb
+                    ha = (R[ins[i, 2]] + (off if sel & 2 else 0)) // eb
                 else:
-                    ha = (R[RD[i]] + (off if sel & 1 else 0)) // eb
-                    la = (R[R1[i]] + (off if sel & 2 else 0)) // eb
+                    ha = (R[ins[i, 1]] + (off if sel & 1 else 0)) // eb
+                    la = (R[ins[i, 2]] + (off if sel & 2 else 0)) // eb
                 if la < 0 or la + m > LN:
                     return _fail(ci, gi, c, pc, E_CHECK_LOCAL, la, m, LN)
-                hsize = st[S_HDATA].size
                 if ha < 0 or ha + m > hsize:
                     return _fail(ci, gi, c, pc, E_CHECK_HOST, ha, m, hsize)
                 ci[c, CI_PA], ci[c, CI_PB], ci[c, CI_PC2] = op == OP_ST, ha, la
@@ -371,28 +394,30 @@ def run_core(c: int, st, prm) -> int:  # noqa: C901 - one flat dispatch loop, ke
                 ci[c, CI_BLOCKED] = B_MEMORY
                 if op == OP_ST:
                     e_l += ctab[key, 1]
-                    arr = noc_message(st, prm, s + ctab[key, 0], c, LINK[i], size, 0.0)
+                    arr = noc_message(
+                        net, swfree, gf, gi, bus, s + ctab[key, 0], c, ins[i, 8], size, 0.0
+                    )
                 else:
-                    arr = noc_message(st, prm, s, c, LINK[i], 1, 0.0)
-                heap_push(st, arr, EV_MEM, c, 0)
+                    arr = noc_message(net, swfree, gf, gi, bus, s, c, ins[i, 8], 1, 0.0)
+                heap_push(gi, ht, hi, arr, EV_MEM, c, 0)
             else:
-                other = IMM[i]
-                la = (R[RD[i]] + (off if sel & 1 else 0)) // eb
+                other = ins[i, 3]
+                la = (R[ins[i, 1]] + (off if sel & 1 else 0)) // eb
                 if la < 0 or la + m > LN:
                     return _fail(ci, gi, c, pc, E_CHECK_LOCAL, la, m, LN)
                 if not 0 <= other < nc or other == c:
                     code = E_SEND_TARGET if op == OP_SEND else E_RECV_TARGET
                     return _fail(ci, gi, c, pc, code, other)
                 ci[c, CI_PA], ci[c, CI_PC2], ci[c, CI_PD], ci[c, CI_PE] = other, la, m, size
-                ci[c, CI_PF], ci[c, CI_PG] = LINK[i], key
+                ci[c, CI_PF], ci[c, CI_PG] = ins[i, 8], key
                 cf[c, CF_PS] = s
                 if op == OP_SEND:
                     ci[c, CI_BLOCKED] = B_SEND
-                    a1 = noc_message(st, prm, s, c, LINK[i], 1, P)
-                    heap_push(st, a1, EV_READY, other, c)
+                    a1 = noc_message(net, swfree, gf, gi, bus, s, c, ins[i, 8], 1, P)
+                    heap_push(gi, ht, hi, a1, EV_READY, other, c)
                 else:
                     ci[c, CI_BLOCKED] = B_RECV
-                    heap_push(st, s, EV_RECV, c, 0)
+                    heap_push(gi, ht, hi, s, EV_RECV, c, 0)
             break
         pc += 1
     ci[c, CI_PC], ci[c, CI_RND] = pc, rnd

@@ -60,11 +60,10 @@ I_SEQ, I_HN, I_QH, I_QT, I_GREQ, I_GBYTES, I_FLITS, I_ICB, I_NOCB = range(9)
 I_CORE, I_X1, I_X2, I_X3, I_X4, I_X5, I_X6 = range(9, 16)  # error / host-op details
 N_GI = 16
 
-# positions in the state tuple the compiled functions take (built by raptor.sim.compiled)
-(S_OP, S_RD, S_R1, S_IMM, S_G1, S_G2, S_G3, S_KEY, S_LINK, S_AKEY, S_CI, S_CF, S_REGS, S_EVR, S_FIN,
- S_LOCAL, S_GW, S_WFLAT, S_WOFS, S_WROWS, S_WCOLS, S_CTAB, S_LLAT, S_LE, S_LCH, S_LECH, S_SWFREE,
- S_GF, S_GI, S_HT, S_HS, S_HK, S_HA, S_HB, S_Q, S_RWAIT, S_PEND_TO, S_HDATA, S_HWRITTEN, S_INREG,
- S_INBUF, S_OUTREG, S_OUTBUF, S_SCRATCH) = range(44)  # fmt: skip
+# positions in the state tuple `kernel.run` takes (built by raptor.sim.compiled); S_HOST is
+# itself a tuple (host data, written mask, input regions, input values, output regions, outputs)
+(S_INS, S_AKEY, S_CI, S_CF, S_REGS, S_EVR, S_FIN, S_LOCAL, S_GW, S_WFLAT, S_WMETA, S_CTAB, S_NET,
+ S_SWFREE, S_GF, S_GI, S_HT, S_HI, S_Q, S_RWAIT, S_PEND_TO, S_HOST, S_SCRATCH) = range(23)  # fmt: skip
 
 # event kinds (as the Python engine's)
 EV_MEM, EV_WAIT, EV_SYNC, EV_READY, EV_RECV, EV_RDV = range(6)
