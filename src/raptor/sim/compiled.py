@@ -316,26 +316,25 @@ class CompiledEngine:
         if not len(op):
             return out
         rows, inv = _pack([op, size])
-        lc, gc = self.local_mem.cost, self.gmem_cfg.cost
         ids = np.empty(len(rows), np.int32)
         for j, (o, n) in enumerate(rows.tolist()):
-            if o == Opcode.LLDI:
-                make = lambda n=n: (*lc(n, True), 0.0, 0.0)  # noqa: E731
-            elif o == Opcode.LMV:
-                make = lambda n=n: (
-                    lc(n, True)[0] + lc(n, False)[0],
-                    lc(n, True)[1] + lc(n, False)[1],
-                    0.0,
-                    0.0,
-                )  # noqa: E731
-            elif o == Opcode.ST:
-                make = lambda n=n: (*lc(n, False), *gc(n, True))  # noqa: E731
-            elif o == Opcode.LD:
-                make = lambda n=n: (*lc(n, True), *gc(n, False))  # noqa: E731
-            else:
-                make = lambda n=n: (*lc(n, False), *lc(n, True))  # noqa: E731
-            ids[j] = self._row(("s", o, n), make)
+            ids[j] = self._row(("s", o, n), lambda o=o, n=n: self._sized_cost(o, n))
         return ids[inv]
+
+    def _sized_cost(self, op: int, n: int) -> tuple[float, float, float, float]:
+        """Cost row of a sized instruction: lldi, lmv (latency, energy: write then read), st (local
+        read, global write), ld (local write, global read), send/recv (local read, write)."""
+        lc, gc = self.local_mem.cost, self.gmem_cfg.cost
+        if op == Opcode.LLDI:
+            return (*lc(n, True), 0.0, 0.0)
+        if op == Opcode.LMV:
+            (wl, we), (rl, re) = lc(n, True), lc(n, False)
+            return (wl + rl, we + re, 0.0, 0.0)
+        if op == Opcode.ST:
+            return (*lc(n, False), *gc(n, True))
+        if op == Opcode.LD:
+            return (*lc(n, True), *gc(n, False))
+        return (*lc(n, False), *lc(n, True))
 
     @staticmethod
     def _regions(regions: list) -> tuple[np.ndarray, np.ndarray]:
