@@ -7,38 +7,9 @@ import numpy as np
 
 from raptor.isa.opcodes import NUM_EVENT_REGISTERS, NUM_REGISTERS, Opcode
 
-_USES_RD = tuple(
-    int(o)
-    for o in (
-        Opcode.SLDI,
-        Opcode.SADD,
-        Opcode.SSUB,
-        Opcode.SMUL,
-        Opcode.SADDI,
-        Opcode.SMULI,
-        Opcode.MVMUL,
-        Opcode.LD,
-        Opcode.ST,
-        Opcode.LLDI,
-        Opcode.LMV,
-        Opcode.SEND,
-        Opcode.RECV,
-    )
-)
-_USES_R1 = tuple(
-    int(o)
-    for o in (
-        Opcode.SADD,
-        Opcode.SSUB,
-        Opcode.SMUL,
-        Opcode.SADDI,
-        Opcode.SMULI,
-        Opcode.MVMUL,
-        Opcode.LD,
-        Opcode.ST,
-        Opcode.LMV,
-    )
-)
+_SCALAR_R1 = range(Opcode.SADD, Opcode.SMULI + 1)  # sadd ssub smul saddi smuli
+_USES_R1 = (*_SCALAR_R1, Opcode.MVMUL, Opcode.LD, Opcode.ST, Opcode.LMV)
+_USES_RD = (*_USES_R1, Opcode.SLDI, Opcode.LLDI, Opcode.SEND, Opcode.RECV)
 FIELDS_MESSAGE = (
     f"register number out of range ({NUM_REGISTERS} registers, {NUM_EVENT_REGISTERS} events)"
 )

@@ -17,7 +17,7 @@ from raptor.isa.pimdir import PimProgram
 from raptor.sim import kernel_state as K
 from raptor.sim import vector as vec
 from raptor.sim.checks import FIELDS_MESSAGE, bad_register_rows, describe, opcode_mask
-from raptor.sim.energy import EnergyCounter, static_power_mw
+from raptor.sim.energy import EnergyCounter, with_static
 from raptor.sim.kernel import run as kernel_run
 from raptor.sim.matrix import MatrixUnit
 from raptor.sim.memory import HostMemory, MemoryTiming
@@ -396,11 +396,10 @@ class CompiledEngine:
         self.noc_bytes = int(gi[K.I_NOCB])
 
     def energy_total(self, run_time_ns: float) -> EnergyCounter:
-        e = self.energy
-        e.global_memory_pj = self.gmem.energy_pj
-        e.noc_pj = self.noc.energy_pj
-        e.static_pj = static_power_mw(self.arch, self.prog.core_cnt) * run_time_ns
-        return e
+        return with_static(
+            self.energy, self.arch, self.prog.core_cnt, self.gmem.energy_pj, self.noc.energy_pj,
+            run_time_ns,
+        )  # fmt: skip
 
     # ---------------------------------------------------------------- errors
     def _at(self, c: int, msg: str) -> SimulationError:

@@ -47,7 +47,7 @@ from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram
 from raptor.sim import vector as vec
 from raptor.sim.checks import FIELDS_MESSAGE, bad_register_field, describe
-from raptor.sim.energy import EnergyCounter, static_power_mw
+from raptor.sim.energy import EnergyCounter, with_static
 from raptor.sim.events import (
     DISPATCH_CYCLES,
     EV_MEM,
@@ -587,8 +587,7 @@ class Engine(RobMixin, SharedEventsMixin):
 
     # ---------------------------------------------------------------- results
     def energy_total(self, run_time_ns: float) -> EnergyCounter:
-        e = self.energy
-        e.global_memory_pj = self.gmem.energy_pj
-        e.noc_pj = self.noc.energy_pj
-        e.static_pj = static_power_mw(self.arch, self.prog.core_cnt) * run_time_ns
-        return e
+        return with_static(
+            self.energy, self.arch, self.prog.core_cnt, self.gmem.energy_pj, self.noc.energy_pj,
+            run_time_ns,
+        )  # fmt: skip

@@ -10,64 +10,8 @@ import math
 
 from numba import njit
 
+from raptor.sim import kernel_state as K
 from raptor.sim.kernel_core import heap_push, noc_message, run_core
-from raptor.sim.kernel_state import (
-    B_NONE,
-    B_RECV,
-    B_WAIT,
-    CF_PS,
-    CF_SM,
-    CF_SR,
-    CF_SS,
-    CF_TB,
-    CF_TE,
-    CF_TF,
-    CI_BLOCKED,
-    CI_DONE,
-    CI_FRESH,
-    CI_LROW,
-    CI_N,
-    CI_PA,
-    CI_PB,
-    CI_PC,
-    CI_PC2,
-    CI_PD,
-    CI_PE,
-    CI_PF,
-    CI_PG,
-    CI_RND,
-    E_RECV_NO_PROGRAM,
-    E_SIZE_MISMATCH,
-    EV_MEM,
-    EV_RDV,
-    EV_READY,
-    EV_RECV,
-    EV_SYNC,
-    EV_WAIT,
-    G_EL,
-    G_GBUSY,
-    G_GE,
-    G_GNS,
-    G_NOW,
-    I_CORE,
-    I_GBYTES,
-    I_GREQ,
-    I_HN,
-    I_NOCB,
-    I_QH,
-    I_QT,
-    I_X1,
-    I_X2,
-    I_X3,
-    I_X4,
-    K_MEMORY,
-    K_RECV,
-    K_SYNC,
-    RC_DEADLOCK,
-    RC_DONE,
-    RC_ERROR,
-    RC_HOSTOP,
-)
 from raptor.sim.kernel_values import host_read, host_write, move
 
 
@@ -75,8 +19,8 @@ from raptor.sim.kernel_values import host_read, host_write, move
 def _pop(gi, ht, hi):
     """Remove the earliest (t, seq) event; returns (t, kind, a, b)."""
     t, kind, a, b = ht[0], hi[0, 1], hi[0, 2], hi[0, 3]
-    gi[I_HN] -= 1
-    n = gi[I_HN]
+    gi[K.I_HN] -= 1
+    n = gi[K.I_HN]
     lt, ls = ht[n], hi[n, 0]
     i = 0
     while True:
@@ -101,52 +45,52 @@ def _resume(
     ci, cf, gi, q, P: float, c: int, start: float, end: float, stall: float, kind: int, retire: int
 ):
     """A blocked shared-state instruction of core c completed at end: queue the core to go on."""
-    cf[c, CF_TB] += end - start - stall
-    if kind == K_SYNC:
-        cf[c, CF_SS] += stall
-    elif kind == K_RECV:
-        cf[c, CF_SR] += stall
+    cf[c, K.CF_TB] += end - start - stall
+    if kind == K.K_SYNC:
+        cf[c, K.CF_SS] += stall
+    elif kind == K.K_RECV:
+        cf[c, K.CF_SR] += stall
     else:
-        cf[c, CF_SM] += stall
-    cf[c, CF_TE] = end + retire * P
-    ci[c, CI_BLOCKED] = B_NONE
-    ci[c, CI_PC] += 1
-    ci[c, CI_FRESH] = 1
-    q[gi[I_QT] % q.size] = c
-    gi[I_QT] += 1
+        cf[c, K.CF_SM] += stall
+    cf[c, K.CF_TE] = end + retire * P
+    ci[c, K.CI_BLOCKED] = K.B_NONE
+    ci[c, K.CI_PC] += 1
+    ci[c, K.CI_FRESH] = 1
+    q[gi[K.I_QT] % q.size] = c
+    gi[K.I_QT] += 1
 
 
 @njit(cache=True, nogil=True)
 def _mem_arrive(ci, cf, gf, gi, q, ctab, swfree, local, host, P: float, c: int, t: float) -> None:
     hdata, hwritten, inreg, inbuf, outreg, outbuf = host
     is_st, ha, la, m, size, key = (
-        ci[c, CI_PA],
-        ci[c, CI_PB],
-        ci[c, CI_PC2],
-        ci[c, CI_PD],
-        ci[c, CI_PE],
-        ci[c, CI_PG],
+        ci[c, K.CI_PA],
+        ci[c, K.CI_PB],
+        ci[c, K.CI_PC2],
+        ci[c, K.CI_PD],
+        ci[c, K.CI_PE],
+        ci[c, K.CI_PG],
     )
-    s = cf[c, CF_PS]
+    s = cf[c, K.CF_PS]
     glat = ctab[key, 2]
-    busy = gf[G_GBUSY]
+    busy = gf[K.G_GBUSY]
     mstart = t if t > busy else busy
     mend = mstart + glat
-    gf[G_GBUSY] = mend
-    gf[G_GE] += ctab[key, 3]
-    gf[G_GNS] += glat
-    gi[I_GREQ] += 1
-    gi[I_GBYTES] += size
+    gf[K.G_GBUSY] = mend
+    gf[K.G_GE] += ctab[key, 3]
+    gf[K.G_GNS] += glat
+    gi[K.I_GREQ] += 1
+    gi[K.I_GBYTES] += size
     swfree[c] = mend  # transport mode: switch held until the response
-    L = local[ci[c, CI_LROW]]
-    rnd = ci[c, CI_RND]
+    L = local[ci[c, K.CI_LROW]]
+    rnd = ci[c, K.CI_RND]
     if is_st:
         host_write(L, la, hdata, hwritten, ha, m, rnd, outreg, outbuf)
-        _resume(ci, cf, gi, q, P, c, s, mend, mstart - t, K_MEMORY, 3)
+        _resume(ci, cf, gi, q, P, c, s, mend, mstart - t, K.K_MEMORY, 3)
     else:
         host_read(L, la, hdata, ha, m, rnd, inreg, inbuf)
-        gf[G_EL] += ctab[key, 1]
-        _resume(ci, cf, gi, q, P, c, s, mend + ctab[key, 0], mstart - t, K_MEMORY, 2)
+        gf[K.G_EL] += ctab[key, 1]
+        _resume(ci, cf, gi, q, P, c, s, mend + ctab[key, 0], mstart - t, K.K_MEMORY, 2)
 
 
 @njit(cache=True, nogil=True)
@@ -154,16 +98,27 @@ def _rendezvous(
     ci, cf, gf, gi, q, ctab, net, swfree, local, prm, snd: int, rcv: int, t: float
 ) -> int:
     P, bus = prm[0], prm[4]
-    s_addr, n, size, s_start = ci[snd, CI_PC2], ci[snd, CI_PD], ci[snd, CI_PE], cf[snd, CF_PS]
-    r_addr, rsize, r_start = ci[rcv, CI_PC2], ci[rcv, CI_PE], cf[rcv, CF_PS]
+    s_addr, n, size, s_start = (
+        ci[snd, K.CI_PC2],
+        ci[snd, K.CI_PD],
+        ci[snd, K.CI_PE],
+        cf[snd, K.CF_PS],
+    )
+    r_addr, rsize, r_start = ci[rcv, K.CI_PC2], ci[rcv, K.CI_PE], cf[rcv, K.CF_PS]
     if rsize != size:
-        gi[I_CORE], gi[I_X1], gi[I_X2], gi[I_X3], gi[I_X4] = rcv, E_SIZE_MISMATCH, rsize, size, snd
-        return RC_ERROR
-    move(local[ci[rcv, CI_LROW]], r_addr, local[ci[snd, CI_LROW]], s_addr, n)
-    gi[I_NOCB] += size
-    key, link = ci[snd, CI_PG], ci[snd, CI_PF]
+        gi[K.I_CORE], gi[K.I_X1], gi[K.I_X2], gi[K.I_X3], gi[K.I_X4] = (
+            rcv,
+            K.E_SIZE_MISMATCH,
+            rsize,
+            size,
+            snd,
+        )
+        return K.RC_ERROR
+    move(local[ci[rcv, K.CI_LROW]], r_addr, local[ci[snd, K.CI_LROW]], s_addr, n)
+    gi[K.I_NOCB] += size
+    key, link = ci[snd, K.CI_PG], ci[snd, K.CI_PF]
     rd, wr = ctab[key, 0], ctab[key, 2]
-    gf[G_EL] += ctab[key, 1] + ctab[key, 3]
+    gf[K.G_EL] += ctab[key, 1] + ctab[key, 3]
     r_end = t + rd
     a3 = noc_message(net, swfree, gf, gi, bus, r_end, snd, link, size, 0.0)
     lat = net[link, 0]
@@ -173,73 +128,82 @@ def _rendezvous(
     s_stall = x if x > 0.0 else 0.0
     y = recv_end - r_start - rd - wr - data_ns - 2 * lat
     r_stall = y if y > 0.0 else 0.0
-    _resume(ci, cf, gi, q, P, snd, s_start, r_end, s_stall, K_RECV, 3)
-    _resume(ci, cf, gi, q, P, rcv, r_start, recv_end, r_stall, K_RECV, 3)
-    return RC_DONE
+    _resume(ci, cf, gi, q, P, snd, s_start, r_end, s_stall, K.K_RECV, 3)
+    _resume(ci, cf, gi, q, P, rcv, r_start, recv_end, r_stall, K.K_RECV, 3)
+    return K.RC_DONE
+
+
+@njit(cache=True, nogil=True)
+def _receiver_ready(ci, net, swfree, gf, gi, ht, hi, bus: int, t: float, rcv: int, snd: int):
+    """Receiver rcv, at its recv, answers sender snd (1 flit); the data follows at arrival."""
+    a2 = noc_message(net, swfree, gf, gi, bus, t, rcv, ci[rcv, K.CI_PF], 1, 0.0)
+    heap_push(gi, ht, hi, a2, K.EV_RDV, snd, rcv)
 
 
 @njit(cache=True, nogil=True)
 def run(st, prm) -> int:  # noqa: C901 - the event loop, one branch per event kind
-    """Run until every core is done (RC_DONE), a host op is due (RC_HOSTOP: apply it, call
-    again), a program error (RC_ERROR) or a deadlock (RC_DEADLOCK); details in gi."""
+    """Run until every core is done (K.RC_DONE), a host op is due (K.RC_HOSTOP: apply it, call
+    again), a program error (K.RC_ERROR) or a deadlock (K.RC_DEADLOCK); details in gi."""
     (ins, akey, ci, cf, regs, evr, fin, local, gw, wflat, wmeta, ctab, net, swfree, gf, gi, ht,
      hi, q, rwait, pend_to, host, scratch) = st  # fmt: skip
     P, bus = prm[0], prm[4]
     hsize = host[0].size
     while True:
-        if gi[I_QH] < gi[I_QT]:
-            c = q[gi[I_QH] % q.size]
+        if gi[K.I_QH] < gi[K.I_QT]:
+            c = q[gi[K.I_QH] % q.size]
             rc = run_core(
                 c, ins, akey, ci, cf, regs, evr, fin, local, gw, wflat, wmeta, ctab, net, swfree,
                 gf, gi, ht, hi, hsize, scratch, prm,
             )  # fmt: skip
-            if rc == RC_HOSTOP or rc == RC_ERROR:
+            if rc == K.RC_HOSTOP or rc == K.RC_ERROR:
                 return rc
-            gi[I_QH] += 1
+            gi[K.I_QH] += 1
             continue
-        if gi[I_HN] == 0:
+        if gi[K.I_HN] == 0:
             break
         t, kind, a, b = _pop(gi, ht, hi)
-        gf[G_NOW] = t
-        if kind == EV_MEM:
+        gf[K.G_NOW] = t
+        if kind == K.EV_MEM:
             _mem_arrive(ci, cf, gf, gi, q, ctab, swfree, local, host, P, a, t)
-        elif kind == EV_SYNC:
+        elif kind == K.EV_SYNC:
             evr[a, b] += 1
-            if ci[a, CI_BLOCKED] == B_WAIT and ci[a, CI_PA] == b and evr[a, b] >= ci[a, CI_PB]:
-                evr[a, b] -= ci[a, CI_PB]
-                tf = cf[a, CF_TF]
-                _resume(ci, cf, gi, q, P, a, tf, t, t - tf, K_SYNC, 3)
-        elif kind == EV_WAIT:
-            ev, val = ci[a, CI_PA], ci[a, CI_PB]
+            if (
+                ci[a, K.CI_BLOCKED] == K.B_WAIT
+                and ci[a, K.CI_PA] == b
+                and evr[a, b] >= ci[a, K.CI_PB]
+            ):
+                evr[a, b] -= ci[a, K.CI_PB]
+                tf = cf[a, K.CF_TF]
+                _resume(ci, cf, gi, q, P, a, tf, t, t - tf, K.K_SYNC, 3)
+        elif kind == K.EV_WAIT:
+            ev, val = ci[a, K.CI_PA], ci[a, K.CI_PB]
             if evr[a, ev] >= val:
                 evr[a, ev] -= val
-                _resume(ci, cf, gi, q, P, a, t, t, 0.0, K_SYNC, 3)
+                _resume(ci, cf, gi, q, P, a, t, t, 0.0, K.K_SYNC, 3)
             else:
-                ci[a, CI_BLOCKED] = B_WAIT
-        elif kind == EV_READY:  # a: receiver, b: sender
+                ci[a, K.CI_BLOCKED] = K.B_WAIT
+        elif kind == K.EV_READY:  # a: receiver, b: sender
             if rwait[a] == b:
                 rwait[a] = -1
-                a2 = noc_message(net, swfree, gf, gi, bus, t, a, ci[a, CI_PF], 1, 0.0)
-                heap_push(gi, ht, hi, a2, EV_RDV, b, a)
+                _receiver_ready(ci, net, swfree, gf, gi, ht, hi, bus, t, a, b)
             else:
                 pend_to[b] = a
-        elif kind == EV_RECV:
-            src = ci[a, CI_PA]
-            if ci[src, CI_N] == 0:
-                gi[I_CORE], gi[I_X1], gi[I_X2] = a, E_RECV_NO_PROGRAM, src
-                return RC_ERROR
+        elif kind == K.EV_RECV:
+            src = ci[a, K.CI_PA]
+            if ci[src, K.CI_N] == 0:
+                gi[K.I_CORE], gi[K.I_X1], gi[K.I_X2] = a, K.E_RECV_NO_PROGRAM, src
+                return K.RC_ERROR
             if pend_to[src] == a:
                 pend_to[src] = -1
-                a2 = noc_message(net, swfree, gf, gi, bus, t, a, ci[a, CI_PF], 1, 0.0)
-                heap_push(gi, ht, hi, a2, EV_RDV, src, a)
+                _receiver_ready(ci, net, swfree, gf, gi, ht, hi, bus, t, a, src)
             else:
                 rwait[a] = src
-                ci[a, CI_BLOCKED] = B_RECV
-        elif kind == EV_RDV:
+                ci[a, K.CI_BLOCKED] = K.B_RECV
+        elif kind == K.EV_RDV:
             rc = _rendezvous(ci, cf, gf, gi, q, ctab, net, swfree, local, prm, a, b, t)
-            if rc != RC_DONE:
+            if rc != K.RC_DONE:
                 return rc
     for c in range(ci.shape[0]):
-        if not ci[c, CI_DONE]:
-            return RC_DEADLOCK
-    return RC_DONE
+        if not ci[c, K.CI_DONE]:
+            return K.RC_DEADLOCK
+    return K.RC_DONE
