@@ -185,3 +185,17 @@ def test_deadlock_report_names_the_blocked_instructions(arch):
     assert msg.startswith("deadlock at ")
     assert "core 0 pc 1 round 0 waits on wait " in msg
     assert msg.endswith("[event register 0 = 0 < 1]")
+
+
+def test_setbw_state_carries_into_the_next_round(arch):
+    """A vector op before the stream's first setbw runs at width 0 (1 byte) in round 0 and at
+    the previous round's last setbw in later rounds: different costs, same in both engines."""
+    body = [
+        sldi(1, 0),
+        vop(Opcode.VRELU, 1, 1, 1, 64),
+        setbw(16, 16),
+        vop(Opcode.VRELU, 1, 1, 1, 64),
+    ]
+    r = both(_valued([body]), arch, mode="throughput", pipeline=3, force_target=True)
+    f = r.per_core[0].finish_ns
+    assert f[1] - f[0] > f[0]  # round 1's first relu reads and writes 2-byte elements
