@@ -97,6 +97,7 @@ def simulate(
     force_target: bool = False,
     trace: bool = False,
     tensors: bool = False,
+    engine: str = "auto",
 ) -> SimReport:
     """Run prog on arch. Latency mode runs every core once; throughput mode runs every non-empty
     core's program `pipeline` times, streaming input r to round r (docs/pim-format.md). With
@@ -106,7 +107,10 @@ def simulate(
     refused unless force_target (then the report carries the override), and a program that does
     not fit the chip is never run (raptor.isa.target.resolve_target).
     tensors: also read every intermediate the program records back from host memory (the values
-    of the last round) into `report.tensors`."""
+    of the last round) into `report.tensors`.
+    engine: "compiled" (raptor.sim.compiled: rob_size 1, untraced), "python" (raptor.sim.engine:
+    every arch, traces) or "auto" (compiled where it applies, else python); both give the same
+    report bit for bit."""
     from raptor.isa.target import resolve_target
 
     target = resolve_target(prog, arch, mode, pipeline, force=force_target)
@@ -142,7 +146,17 @@ def simulate(
 
     t0 = time.perf_counter()
     recorder = TraceRecorder(layer_bounds(meta, prog.core_cnt)) if trace else None
-    eng = Engine(prog, arch, rounds, host, trace=recorder)
+    if engine not in ("auto", "compiled", "python"):
+        raise ValueError(f"engine {engine!r}: auto, compiled or python")
+    compiled_ok = not trace and arch.core.rob_size == 1
+    if engine == "compiled" and not compiled_ok:
+        raise SimulationError("the compiled engine covers untraced runs with rob_size 1")
+    if engine != "python" and compiled_ok:
+        from raptor.sim.compiled import CompiledEngine
+
+        eng = CompiledEngine(prog, arch, rounds, host)
+    else:
+        eng = Engine(prog, arch, rounds, host, trace=recorder)
     eng.run()
     wall = time.perf_counter() - t0
 

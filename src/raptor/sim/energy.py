@@ -54,3 +54,14 @@ def static_power_mw(arch: Arch, instantiated_cores: int) -> float:
     return (
         arch.core.local_memory.static_power * instantiated_cores + arch.global_memory.static_power
     )
+
+
+def with_static(
+    e: EnergyCounter, arch: Arch, cores: int, gmem_pj: float, noc_pj: float, run_time_ns: float
+) -> EnergyCounter:
+    """A run's counter completed with global-memory and NoC energy and static energy over
+    run_time_ns."""
+    e.global_memory_pj = gmem_pj
+    e.noc_pj = noc_pj
+    e.static_pj = static_power_mw(arch, cores) * run_time_ns
+    return e

@@ -1,5 +1,8 @@
-"""The event-driven engine: runs every core's instruction stream on an Arch, values and timing
-in one pass (semantics: docs/pim-format.md; timing: pimsim-nn, reference/pimsim-nn.md).
+"""The event-driven engine in Python: runs every core's instruction stream on an Arch, values and
+timing in one pass (semantics: docs/pim-format.md; timing: pimsim-nn, reference/pimsim-nn.md).
+It is the reference the compiled engine (raptor.sim.compiled) is tested against bit for bit, and
+the engine of traced runs and of archs with rob_size > 1. Shared-state events: raptor.sim.events;
+the reorder buffer: raptor.sim.rob.
 
 Design for speed. Each stream is decoded once into Python lists (one per record field). A core
 runs ahead through core-private instructions (scalar, setbw, mvmul, vector, lldi, lmv, sync, and
@@ -33,7 +36,6 @@ rendezvous. A program that does not order a reader after a writer reads stale da
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 
@@ -44,54 +46,42 @@ from raptor.errors import SimulationError
 from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram
 from raptor.sim import vector as vec
-from raptor.sim.energy import EnergyCounter, static_power_mw
+from raptor.sim.checks import FIELDS_MESSAGE, bad_register_field, describe
+from raptor.sim.energy import EnergyCounter, with_static
+from raptor.sim.events import (
+    DISPATCH_CYCLES,
+    EV_MEM,
+    EV_RDV,
+    EV_READY,
+    EV_RECV,
+    EV_SYNC,
+    EV_WAIT,
+    FAST_RETIRE_CYCLES,
+    RETIRE_CYCLES,
+    SharedEventsMixin,
+)
 from raptor.sim.matrix import MatrixUnit
 from raptor.sim.memory import HostMemory, MemoryTiming
 from raptor.sim.report import CoreStats
+from raptor.sim.rob import UNIT_T, UNIT_V, Rob, RobMixin
 from raptor.sim.trace import (
-    FLOW_SEND,
-    FLOW_SYNC,
-    LD,
     LOCAL,
     MVMUL,
-    RECV,
-    SEND,
-    ST,
-    STALL_OF,
     SUB_AG0,
     SUB_TRANSFER,
     SUB_VECTOR,
     SYNC,
     VECTOR,
-    WAIT,
     TraceRecorder,
-    inside,
     track_id,
 )
 from raptor.sim.transfer import Noc
 
-# event kinds
-EV_MEM, EV_WAIT, EV_SYNC, EV_READY, EV_RECV, EV_RDV = range(6)
-
-_LD, _ST, _LLDI, _LMV, _SEND, _RECV, _WAIT, _SYNC = 25, 26, 27, 28, 29, 30, 31, 32
-_SETBW, _MVMUL = 8, 9
-_VEC_LO, _VEC_HI = 10, 24
-DISPATCH_CYCLES = 2  # fetch -> dispatch
-RETIRE_CYCLES = 3  # matrix (and st/send/recv/sync/wait) end -> next dispatch / core finish
-FAST_RETIRE_CYCLES = 2  # the same after vector, lldi, lmv and ld (pimsim-nn measured)
-
-
-def describe(stream: np.ndarray, pc: int) -> str:
-    """One-line text of instruction pc of a stream (for error messages)."""
-    r = stream[pc]
-    try:
-        name = Opcode(int(r["opcode"])).mnemonic
-    except ValueError:
-        name = f"opcode{int(r['opcode'])}"
-    return (
-        f"{name} rd={int(r['rd'])} rs1={int(r['r1'])} r2_or_imm={int(r['r2_or_imm'])} "
-        f"g1={int(r['generic1'])} g2={int(r['generic2'])} g3={int(r['generic3'])}"
-    )
+_LD, _ST, _LLDI, _LMV = int(Opcode.LD), int(Opcode.ST), int(Opcode.LLDI), int(Opcode.LMV)
+_SEND, _RECV, _WAIT, _SYNC = int(Opcode.SEND), int(Opcode.RECV), int(Opcode.WAIT), int(Opcode.SYNC)
+_SETBW, _MVMUL, _VEC_HI = int(Opcode.SETBW), int(Opcode.MVMUL), int(Opcode.VRSL)
+_SLDI, _SADD, _SSUB, _SMUL = int(Opcode.SLDI), int(Opcode.SADD), int(Opcode.SSUB), int(Opcode.SMUL)
+_SADDI, _SMULI = int(Opcode.SADDI), int(Opcode.SMULI)
 
 
 class _Core:
@@ -101,31 +91,7 @@ class _Core:
     )  # fmt: skip
 
 
-class _Rob:
-    """Reorder-buffer state of one core (rob_size > 1 only)."""
-
-    __slots__ = ("size", "inflight", "port", "floor")
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        # (release ns, unit, read ranges, write ranges); unit: array group >= 0, UNIT_V, UNIT_T
-        self.inflight: list[tuple] = []
-        self.port: list[tuple[float, float]] = []  # busy intervals of the local-memory port
-        self.floor = 0.0  # next dispatch no earlier (a blocking instruction's completion)
-
-
-UNIT_V, UNIT_T = -1, -2
-
-
-def _overlap(xs: tuple, ys: tuple) -> bool:
-    for a, b in xs:
-        for c, d in ys:
-            if a < d and c < b:
-                return True
-    return False
-
-
-class Engine:
+class Engine(RobMixin, SharedEventsMixin):
     """One simulation of a PimProgram on an Arch for `rounds` rounds."""
 
     def __init__(
@@ -193,7 +159,7 @@ class Engine:
             ws += [None] * (len(xbars) - len(ws))
             c.matrix = MatrixUnit(arch, xbars, ws)
             c.stats = CoreStats(core=i)
-            c.rob = _Rob(arch.core.rob_size) if arch.core.rob_size > 1 else None
+            c.rob = Rob(arch.core.rob_size) if arch.core.rob_size > 1 else None
             self.cores.append(c)
 
     # ---------------------------------------------------------------- helpers
@@ -206,78 +172,15 @@ class Engine:
         return SimulationError(f"core {c.id} pc {pc} ({describe(c.stream, pc)}): {msg}")
 
     def _check_fields(self, c: _Core) -> None:
-        """Register and event-register numbers of the whole stream, checked before it runs, so
-        that an exception while running is a simulator bug, never a bad program."""
-        s = c.stream
-        op = s["opcode"].astype(np.int64)
-        vector = (op >= _VEC_LO) & (op <= _VEC_HI)
-        uses_rd = np.isin(op, (1, 3, 4, 5, 6, 7, _MVMUL, _LD, _ST, _LLDI, _LMV, _SEND, _RECV))
-        uses_r1 = np.isin(op, (3, 4, 5, 6, 7, _MVMUL, _LD, _ST, _LMV))
-        imm = s["r2_or_imm"].astype(np.int64)
-        bad = (
-            ((uses_rd | vector) & (s["rd"] >= len(c.regs)))
-            | ((uses_r1 | vector) & (s["r1"] >= len(c.regs)))
-            | (vector & ((imm < 0) | (imm >= len(c.regs))))
-            | ((op == _WAIT) & ((s["generic1"] < 0) | (s["generic1"] >= len(c.ev))))
-        )
-        if bad.any():
-            c.pc = int(np.argmax(bad))
-            raise self._err(
-                c, f"register number out of range ({len(c.regs)} registers, {len(c.ev)} events)"
-            )
+        """Register numbers checked before the stream runs (raptor.sim.checks)."""
+        bad = bad_register_field(c.stream)
+        if bad >= 0:
+            c.pc = bad
+            raise self._err(c, FIELDS_MESSAGE)
 
     def _check(self, c: _Core, start: int, n: int, size: int, what: str) -> None:
         if start < 0 or start + n > size:
             raise self._err(c, f"{what} [{start}, {start + n}) out of range (size {size} elements)")
-
-    # ---------------------------------------------------------------- reorder buffer
-    def _rob_slot(self, c: _Core, base: float, unit: int, reads: tuple, writes: tuple) -> float:
-        """Dispatch time (>= base) of the next instruction in order: after every in-flight
-        instruction on the same unit or with a RAW/WAR/WAW local-range conflict has retired, and
-        once the ROB has a free entry."""
-        rb = c.rob
-        s = base if base > rb.floor else rb.floor
-        live = [e for e in rb.inflight if e[0] > s]
-        for rel, u, rr, ww in live:
-            if rel > s and (
-                u == unit or _overlap(writes, rr) or _overlap(writes, ww) or _overlap(reads, ww)
-            ):
-                s = rel
-        while True:
-            later = [e[0] for e in live if e[0] > s]
-            if len(later) < rb.size:
-                break
-            s = min(later)
-        rb.inflight = [e for e in live if e[0] > s]
-        rb.port = [iv for iv in rb.port if iv[1] > s]
-        return s
-
-    def _rob_issue(
-        self, c: _Core, s: float, unit: int, reads: tuple, writes: tuple, phases, retire: float
-    ) -> float:
-        """Run an instruction dispatched at s through its phases ((True, ns) on the local-memory
-        port, which serves one transaction at a time, or (False, ns) inside the unit); record it
-        in flight until end + retire. Returns its end."""
-        rb = c.rob
-        port = rb.port
-        t = s
-        for on_port, dur in phases:
-            if not on_port:
-                t += dur
-                continue
-            if dur <= 0:
-                continue
-            x = t
-            for a, b in port:
-                if b <= x:
-                    continue
-                if a >= x + dur:
-                    break
-                x = b
-            bisect.insort(port, (x, x + dur))
-            t = x + dur
-        rb.inflight.append((t + retire, unit, reads, writes))
-        return t
 
     # ---------------------------------------------------------------- main loop
     def run(self) -> None:
@@ -359,99 +262,7 @@ class Engine:
         c.pc += 1
         self._run(c)
 
-    _BLOCKING_KIND = {_LD: LD, _ST: ST, _SEND: SEND, _RECV: RECV, _WAIT: WAIT}
-
-    def _trace_blocking(
-        self, c: _Core, start: float, end: float, stall: float, stall_kind: str
-    ) -> None:
-        """A blocking instruction on its core's main track: its stall first, then its busy part."""
-        tr = self.trace
-        pc = c.pc
-        if stall > 0:
-            tr.stall(c.id, STALL_OF[stall_kind], start, start + stall, pc)
-        busy = end - start - stall
-        if busy > 0:
-            tr.add(c.id, self._BLOCKING_KIND[c.cols[0][pc]], start + stall, end, busy, pc)
-
     # ---------------------------------------------------------------- shared-state events
-    def _mem_arrive(self, c: _Core, t: float) -> None:
-        is_st, s, haddr, laddr, n, size = c.pend
-        mstart, mend = self.gmem.reserve(t, size, is_st)
-        if self.trace is not None:
-            self.trace.gmem.append((t, mend))
-        self.noc.switch_free[c.id] = mend  # transport mode: switch held until the response
-        if is_st:
-            self.host.write(haddr, c.local[laddr : laddr + n], c.rnd)
-            end = mend
-        else:
-            c.local[laddr : laddr + n] = self.host.read(haddr, n, c.rnd)
-            wr, e = self.local.cost(size, True)
-            self.energy.local_memory_pj += e
-            end = mend + wr
-        self._resume(
-            c, s, end, mstart - t, "memory", RETIRE_CYCLES if is_st else FAST_RETIRE_CYCLES
-        )
-
-    def _sync_arrive(self, d: _Core, ev) -> None:
-        if self.trace is not None:  # traced: (event register, source core, sync time)
-            ev, src, t_sync = ev
-        d.ev[ev] += 1
-        if d.blocked == "wait" and d.pend[0] == ev and d.ev[ev] >= d.pend[1]:
-            d.ev[ev] -= d.pend[1]
-            if self.trace is not None:
-                tk = src if self.cores[src].rob is None else track_id(src, SUB_TRANSFER)
-                self.trace.flow(FLOW_SYNC, tk, t_sync, d.id, inside(d.tf, self.now))
-            self._resume(d, d.tf, self.now, self.now - d.tf, "sync")
-
-    def _sender_ready(self, rcv: int, snd: int, t: float) -> None:
-        if self.recv_waiting[rcv] == snd:
-            self.recv_waiting[rcv] = -1
-            a2 = self.noc.message(t, rcv, snd, 1)
-            self._push(a2, EV_RDV, snd, rcv)
-        else:
-            self.pending_senders[rcv][snd] = t
-
-    def _recv_dispatch(self, d: _Core, t: float) -> None:
-        src = d.pend[0]
-        if not 0 <= src < len(self.cores) or self.cores[src].n == 0:
-            raise self._err(d, f"recv from core {src}, which has no program")
-        if src in self.pending_senders[d.id]:
-            del self.pending_senders[d.id][src]
-            a2 = self.noc.message(t, d.id, src, 1)
-            self._push(a2, EV_RDV, src, d.id)
-        else:
-            self.recv_waiting[d.id] = src
-            d.blocked = "recv"
-
-    def _rendezvous(self, snd: _Core, rcv: _Core, t: float) -> None:
-        _, s_addr, n, size, s_start = snd.pend
-        _, r_addr, rn, rsize, r_start = rcv.pend
-        if rsize != size:
-            raise self._err(
-                rcv, f"recv of {rsize} bytes matches a send of {size} bytes from core {snd.id}"
-            )
-        rcv.local[r_addr : r_addr + n] = snd.local[s_addr : s_addr + n]
-        self.noc_bytes += size
-        rd, e1 = self.local.cost(size, False)
-        wr, e2 = self.local.cost(size, True)
-        self.energy.local_memory_pj += e1 + e2
-        r_end = t + rd
-        a3 = self.noc.message(r_end, snd.id, rcv.id, size)
-        lat = self.noc.link(snd.id, rcv.id)[0]
-        data_ns = self.noc.nflits(size) * lat
-        recv_end = a3 + wr
-        s_stall = max(0.0, t - s_start - 2 * lat)
-        r_stall = max(0.0, recv_end - r_start - rd - wr - data_ns - 2 * lat)
-        if self.trace is not None:  # from inside the send's busy part to inside the recv's
-            self.trace.flow(
-                FLOW_SEND,
-                snd.id,
-                inside(s_start + s_stall, r_end),
-                rcv.id,
-                inside(r_start + r_stall, recv_end),
-            )
-        self._resume(snd, s_start, r_end, s_stall, "recv")
-        self._resume(rcv, r_start, recv_end, r_stall, "recv")
 
     # ---------------------------------------------------------------- the core loop
     def _run(self, c: _Core) -> None:
@@ -501,17 +312,17 @@ class Engine:
                     continue
                 op = ops[pc]
                 if op < _SETBW:  # scalar (and nop), executed in decode
-                    if op == 1:
+                    if op == _SLDI:
                         R[rds[pc]] = imms[pc]
-                    elif op == 6:
+                    elif op == _SADDI:
                         R[rds[pc]] = R[r1s[pc]] + imms[pc]
-                    elif op == 7:
+                    elif op == _SMULI:
                         R[rds[pc]] = R[r1s[pc]] * imms[pc]
-                    elif op == 3:
+                    elif op == _SADD:
                         R[rds[pc]] = R[r1s[pc]] + R[0]  # the binary has no rs2: register 0
-                    elif op == 4:
+                    elif op == _SSUB:
                         R[rds[pc]] = R[r1s[pc]] - R[0]
-                    elif op == 5:
+                    elif op == _SMUL:
                         R[rds[pc]] = R[r1s[pc]] * R[0]
                     tf += P
                     pc += 1
@@ -776,8 +587,7 @@ class Engine:
 
     # ---------------------------------------------------------------- results
     def energy_total(self, run_time_ns: float) -> EnergyCounter:
-        e = self.energy
-        e.global_memory_pj = self.gmem.energy_pj
-        e.noc_pj = self.noc.energy_pj
-        e.static_pj = static_power_mw(self.arch, self.prog.core_cnt) * run_time_ns
-        return e
+        return with_static(
+            self.energy, self.arch, self.prog.core_cnt, self.gmem.energy_pj, self.noc.energy_pj,
+            run_time_ns,
+        )  # fmt: skip

@@ -1,0 +1,453 @@
+"""The compiled engine's driver: lays a PimProgram out in flat arrays (one column per record field,
+all cores concatenated), precomputes every cost with the Python engine's own cost functions (one
+row per distinct (unit, operands) key), runs the compiled loop (raptor.sim.kernel), applies the
+vector ops numpy computes (vvdmul, vavg, vtanh, vsigm, vsoftmax) when the loop hands them over,
+and turns errors, deadlocks and counters into what the Python engine (raptor.sim.engine) gives.
+
+Covers rob_size 1 and untraced runs; rob_size > 1 and traced runs use the Python engine."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from raptor.arch.loader import Arch
+from raptor.errors import SimulationError
+from raptor.isa.opcodes import Opcode
+from raptor.isa.pimdir import PimProgram
+from raptor.sim import kernel_state as K
+from raptor.sim import vector as vec
+from raptor.sim.checks import FIELDS_MESSAGE, bad_register_rows, describe, opcode_mask
+from raptor.sim.energy import EnergyCounter, with_static
+from raptor.sim.kernel import run as kernel_run
+from raptor.sim.matrix import MatrixUnit
+from raptor.sim.memory import HostMemory, MemoryTiming
+from raptor.sim.report import CoreStats
+from raptor.sim.transfer import Noc
+
+_LINKED = (int(Opcode.LD), int(Opcode.ST), int(Opcode.SEND), int(Opcode.RECV), int(Opcode.SYNC))
+_SIZED = (int(Opcode.LLDI), int(Opcode.LMV), *_LINKED[:4])
+_LINKED_MASK, _SIZED_MASK = opcode_mask(_LINKED), opcode_mask(_SIZED)
+
+
+class _Core:
+    __slots__ = ("id", "n", "stats", "stream")
+
+
+class _Counters:
+    """The Noc / MemoryTiming counters `simulate` reads after a run."""
+
+    def __init__(self, **kw) -> None:
+        self.__dict__.update(kw)
+
+
+def _pack(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of integer columns: (unique rows as a 2-D array, inverse index per row)."""
+    if len(cols[0]) == 0:
+        return np.zeros((0, len(cols)), np.int64), np.zeros(0, np.int64)
+    code = np.zeros(len(cols[0]), np.int64)
+    span = 1
+    for col in cols:
+        lo, hi = int(col.min()), int(col.max())
+        width = hi - lo + 1
+        span *= width
+        if span >= 1 << 62:  # too wide to pack: sort the rows instead
+            rows, inv = np.unique(np.stack(cols, 1).astype(np.int64), axis=0, return_inverse=True)
+            return rows, inv.ravel()
+        code = code * width + (col.astype(np.int64) - lo)
+    _, first, inv = np.unique(code, return_index=True, return_inverse=True)
+    rows = np.stack([col[first].astype(np.int64) for col in cols], 1)
+    return rows, inv.ravel()
+
+
+def _zeros_small_pages(shape: tuple[int, int]) -> np.ndarray:
+    """Zeroed float32 memory the OS maps page by page as it is touched: numpy asks for huge pages
+    on large arrays, and zeroing a 2 MB page for each core's first store costs more than the
+    whole run of a small program."""
+    setter = getattr(np._core.multiarray, "_set_madvise_hugepage", None)
+    old = setter(False) if setter else None
+    try:
+        return np.zeros(shape, np.float32)
+    finally:
+        if setter:
+            setter(old)
+
+
+class CompiledEngine:
+    """One simulation of a PimProgram on an Arch (rob_size 1) for `rounds` rounds, with the
+    interface `simulate` uses of `Engine`: run(), cores[i].n / .stats, energy_total(), noc,
+    gmem, noc_bytes."""
+
+    def __init__(self, prog: PimProgram, arch: Arch, rounds: int, host: HostMemory) -> None:
+        if arch.core.rob_size > 1:
+            raise ValueError("the compiled engine covers rob_size 1 only")
+        self.prog, self.arch, self.rounds, self.host = prog, arch, rounds, host
+        self.eb = prog.element_bytes
+        self.local_mem = MemoryTiming(arch.core.local_memory)
+        self.gmem_cfg = MemoryTiming(arch.global_memory)
+        self.noc_model = Noc(arch, prog.core_cnt)
+        self.cores: list[_Core] = []
+        for i, s in enumerate(prog.cores):
+            c = _Core()
+            c.id, c.n, c.stream, c.stats = i, len(s), s, CoreStats(core=i)
+            self.cores.append(c)
+        self._build()
+
+    # ---------------------------------------------------------------- layout
+    def _build(self) -> None:  # noqa: C901 - one pass over the program's parts
+        prog, arch, eb = self.prog, self.arch, self.eb
+        nc = len(prog.cores)
+        ns = np.array([len(s) for s in prog.cores], np.int64)
+        base = np.zeros(nc, np.int64)
+        if nc:
+            base[1:] = np.cumsum(ns)[:-1]
+        total = int(ns.sum())
+        ins = np.empty((total, 9), np.int32)  # opcode, rd, r1, imm, g1, g2, g3, cost key, link
+        for s, b in zip(prog.cores, base):
+            for j, f in enumerate(
+                ("opcode", "rd", "r1", "r2_or_imm", "generic1", "generic2", "generic3")
+            ):
+                ins[b : b + len(s), j] = s[f]
+        op, imm, g1, g2, g3 = ins[:, 0], ins[:, 3], ins[:, 4], ins[:, 5], ins[:, 6]
+        bad = bad_register_rows(op, ins[:, 1], ins[:, 2], imm, g1)
+        if bad.any():
+            i0 = int(np.argmax(bad))
+            c = int(np.searchsorted(base, i0, "right") - 1)
+            while ns[c] == 0:
+                c -= 1
+            pc = i0 - int(base[c])
+            msg = f"core {c} pc {pc} ({describe(prog.cores[c], pc)}): {FIELDS_MESSAGE}"
+            raise SimulationError(msg)
+        cols = {
+            f: ins[:, j]
+            for j, f in enumerate(
+                ("opcode", "rd", "r1", "r2_or_imm", "generic1", "generic2", "generic3")
+            )
+        }
+        core_of = np.repeat(np.arange(nc, dtype=np.int32), ns)
+
+        # array groups: weight matrix and crossbar count per (core, group)
+        weights = prog.weight_matrices
+        gbase = np.zeros(nc, np.int64)
+        gn = np.zeros(nc, np.int64)
+        gw: list[int] = []
+        gx: list[int] = []
+        for i in range(nc):
+            agw = list(prog.array_group_weights[i]) if i < len(prog.array_group_weights) else []
+            xbars = list(prog.array_group_map[i])
+            n = max(len(agw), len(xbars))
+            gbase[i], gn[i] = len(gw), n
+            gw += [
+                int(m) if g < len(agw) and 0 <= m < len(weights) else -1
+                for g, m in enumerate(agw + [-1] * (n - len(agw)))
+            ]
+            gx += [int(xbars[g]) if g < len(xbars) else -1 for g in range(n)]
+        gw_a = np.array(gw + [-1], np.int64)
+        gx_a = np.array(gx + [-1], np.int64)
+        used = sorted({m for m in gw if m >= 0})
+        wofs = np.zeros(max(len(weights), 1), np.int64)
+        wrows = np.zeros_like(wofs)
+        wcols = np.zeros_like(wofs)
+        parts, off = [], 0
+        for m in used:
+            w = np.ascontiguousarray(weights[m], dtype=np.float32)
+            wofs[m], (wrows[m], wcols[m]) = off, w.shape
+            parts.append(w.ravel())
+            off += w.size
+        wflat = np.concatenate(parts) if parts else np.zeros(1, np.float32)
+
+        # setbw state in force at each instruction (round 0), and for the prefix before the first
+        # setbw in later rounds (the last setbw of the previous round)
+        is_sb = op == Opcode.SETBW
+        last = np.where(is_sb, np.arange(total, dtype=np.int64), -1)
+        np.maximum.accumulate(last, out=last)
+        first_setbw = np.zeros(nc, np.int64)
+        alt_pos: list[np.ndarray] = []
+        alt_state: list[tuple[int, int, int]] = []
+        alt_base = np.zeros(nc, np.int64)
+        n_alt = 0
+        for i in np.flatnonzero(ns):
+            b, n = int(base[i]), int(ns[i])
+            sb = np.flatnonzero(is_sb[b : b + n])
+            if len(sb) and sb[0] > 0 and self.rounds > 1:
+                first_setbw[i] = sb[0]
+                lastp = b + int(sb[-1])
+                alt_pos.append(np.arange(b, b + int(sb[0])))
+                alt_state.append((n_alt, int(g1[lastp]), int(g2[lastp])))
+                alt_base[i] = n_alt
+                n_alt += int(sb[0])
+        self.reg: dict[tuple, int] = {}
+        self.rows: list[tuple[float, float, float, float]] = []
+        key = np.full(total, -1, np.int32)
+        unit = np.flatnonzero((op == Opcode.MVMUL) | ((op >= Opcode.VVADD) & (op <= Opcode.VRSL)))
+        valid = last[unit] >= base[core_of[unit]]
+        lu = np.where(valid, last[unit], 0)
+        ib = np.where(valid, g1[lu], 0).astype(np.int64)
+        ob = np.where(valid, g2[lu], 0).astype(np.int64)
+        key[unit] = self._unit_keys(unit, ib, ob, cols, core_of, gbase, gn, gw_a, gx_a)
+        akey = np.full(max(n_alt, 1), -1, np.int32)
+        for pos, (start, ibv, obv) in zip(alt_pos, alt_state):
+            akey[start : start + len(pos)] = self._unit_keys(
+                pos,
+                np.full(len(pos), ibv),
+                np.full(len(pos), obv),
+                cols,
+                core_of,
+                gbase,
+                gn,
+                gw_a,
+                gx_a,
+            )
+        sized = np.flatnonzero(_SIZED_MASK[op])
+        key[sized] = self._sized_keys(op[sized], g3[sized])
+        ctab = np.array(self.rows if self.rows else [(0.0,) * 4], np.float64)
+
+        # NoC links per instruction (sync, ld, st, send, recv)
+        link = np.full(total, -1, np.int32)
+        lk = np.flatnonzero(_LINKED_MASK[op])
+        src = core_of[lk].astype(np.int64)
+        mem = (op[lk] == Opcode.LD) | (op[lk] == Opcode.ST)
+        dst = np.where(mem, arch.noc.global_memory_switch_id, imm[lk]).astype(np.int64)
+        ok = mem | ((dst >= 0) & (dst < nc) & ((dst != src) | (op[lk] == Opcode.SYNC)))
+        llat, le, lch, lech = [0.0], [0.0], [0], [0.0]
+        if ok.any():
+            rows, inv = _pack([src[ok], dst[ok]])
+            for s_, d_ in rows:
+                lat, e, ch, ech = self.noc_model.link(int(s_), int(d_))
+                llat.append(lat), le.append(e), lch.append(ch), lech.append(ech)
+            link[lk[ok]] = inv + 1
+
+        # state
+        ci = np.zeros((nc, K.N_CI), np.int64)
+        ci[:, K.CI_N], ci[:, K.CI_BASE] = ns, base
+        ci[:, K.CI_DONE] = ns == 0
+        prog_rows = np.cumsum(ns > 0) - 1
+        ci[:, K.CI_LROW] = np.maximum(prog_rows, 0)
+        ci[:, K.CI_GBASE], ci[:, K.CI_GN] = gbase, gn
+        ci[:, K.CI_FIRST_SETBW], ci[:, K.CI_ALT_BASE] = first_setbw, alt_base
+        ci[:, K.CI_FRESH] = 1
+        cf = np.zeros((nc, K.N_CF), np.float64)
+        lm = arch.core.local_memory
+        self.LN = lm.memory_size // eb
+        n_prog = int((ns > 0).sum())
+        self.local = _zeros_small_pages((max(n_prog, 1), self.LN))
+        n_sync = int((op == Opcode.SYNC).sum())
+        cap = nc + n_sync * self.rounds + 16
+        q = np.zeros(nc + 1, np.int64)
+        runnable = np.flatnonzero(ns > 0)
+        q[: len(runnable)] = runnable
+        gi = np.zeros(K.N_GI, np.int64)
+        gi[K.I_QT] = len(runnable)
+        host = self.host
+        self.inreg, inbuf = self._regions(host.inputs)
+        self.outreg, self.outbuf = self._regions(host.outputs)
+        hw = host.written.view(np.uint8) if host.written is not None else np.zeros(0, np.uint8)
+        scratch = np.zeros(int(wcols.max()) + 1, np.float32)
+        ins[:, 7], ins[:, 8] = key, link
+        wmeta = np.stack([wofs, wrows, wcols], 1)
+        net = np.array([llat, le, lch, lech], np.float64).T.copy()
+        heap_t = np.zeros(cap)
+        heap_i = np.zeros((cap, 4), np.int64)
+        self.st = (
+            ins, akey, ci, cf, np.zeros((nc, 32), np.int64), np.zeros((nc, 32), np.int64),
+            np.zeros((nc, self.rounds), np.float64), self.local, gw_a, wflat, wmeta, ctab, net,
+            np.zeros(max(nc, 1), np.float64), np.zeros(K.N_GF, np.float64), gi, heap_t, heap_i,
+            q, np.full(nc, -1, np.int64), np.full(nc, -1, np.int64),
+            (host.data, hw, self.inreg, inbuf, self.outreg, self.outbuf), scratch,
+        )  # fmt: skip
+        self.prm = (
+            float(arch.core.period),
+            int(eb),
+            int(self.LN),
+            int(self.rounds),
+            int(arch.noc.bus_width),
+            int(nc),
+        )
+
+    def _row(self, k: tuple, make) -> int:
+        r = self.reg.get(k)
+        if r is None:
+            r = self.reg[k] = len(self.rows)
+            self.rows.append(make())
+        return r
+
+    def _unit_keys(self, pos, ibiw, obiw, cols, core_of, gbase, gn, gw, gx) -> np.ndarray:
+        """Cost rows of mvmul and vector instructions at pos under setbw state (ibiw, obiw)."""
+        op = cols["opcode"][pos].astype(np.int64)
+        out = np.full(len(pos), -1, np.int32)
+        arch, local = self.arch, self.local_mem
+        mv = op == Opcode.MVMUL
+        c = core_of[pos].astype(np.int64)
+        g = cols["generic2"][pos].astype(np.int64)
+        gi = np.where((g >= 0) & (g < gn[c]), gbase[c] + g, len(gw) - 1)
+        mbiw = cols["r2_or_imm"][pos].astype(np.int64)
+        okm = mv & (ibiw > 0) & (mbiw > 0) & (gw[gi] >= 0) & (gx[gi] >= 0)
+        if okm.any():
+            rows, inv = _pack([gx[gi][okm], ibiw[okm], obiw[okm], mbiw[okm]])
+            ids = np.empty(len(rows), np.int32)
+            for j, (xb, ib_, ob_, mb) in enumerate(rows.tolist()):
+
+                def mk(xb=xb, ib_=ib_, ob_=ob_, mb=mb):
+                    rd, lat, wr, em, el = MatrixUnit(arch, [xb], [None]).cost(
+                        0, ib_, ob_, mb, local
+                    )
+                    return (rd + lat + wr, em, el, 0.0)
+
+                ids[j] = self._row(("m", xb, ib_, ob_, mb), mk)
+            out[okm] = ids[inv]
+        length = cols["generic3"][pos].astype(np.int64)
+        okv = ~mv & (length > 0) & ~np.isin(op, list(vec.UNSUPPORTED))
+        if okv.any():
+            ibb = np.where(ibiw != 0, np.maximum(1, -((-ibiw) // 8)), 1)
+            obb = np.where(obiw != 0, np.maximum(1, -((-obiw) // 8)), 1)
+            rows, inv = _pack([op[okv], length[okv], ibb[okv], obb[okv]])
+            ids = np.empty(len(rows), np.int32)
+            vu = vec.VectorUnit(arch)
+            for j, (o, n, ib_, ob_) in enumerate(rows.tolist()):
+                ids[j] = self._row(
+                    ("v", o, n, ib_, ob_),
+                    lambda o=o, n=n, a=ib_, b=ob_: (*vu.cost(o, n, a, b, local), 0.0),
+                )
+            out[okv] = ids[inv]
+        return out
+
+    def _sized_keys(self, op: np.ndarray, size: np.ndarray) -> np.ndarray:
+        """Cost rows of lldi, lmv, ld, st, send and recv by size."""
+        out = np.empty(len(op), np.int32)
+        if not len(op):
+            return out
+        rows, inv = _pack([op, size])
+        ids = np.empty(len(rows), np.int32)
+        for j, (o, n) in enumerate(rows.tolist()):
+            ids[j] = self._row(("s", o, n), lambda o=o, n=n: self._sized_cost(o, n))
+        return ids[inv]
+
+    def _sized_cost(self, op: int, n: int) -> tuple[float, float, float, float]:
+        """Cost row of a sized instruction: lldi, lmv (latency, energy: write then read), st (local
+        read, global write), ld (local write, global read), send/recv (local read, write)."""
+        lc, gc = self.local_mem.cost, self.gmem_cfg.cost
+        if op == Opcode.LLDI:
+            return (*lc(n, True), 0.0, 0.0)
+        if op == Opcode.LMV:
+            (wl, we), (rl, re) = lc(n, True), lc(n, False)
+            return (wl + rl, we + re, 0.0, 0.0)
+        if op == Opcode.ST:
+            return (*lc(n, False), *gc(n, True))
+        if op == Opcode.LD:
+            return (*lc(n, True), *gc(n, False))
+        return (*lc(n, False), *lc(n, True))
+
+    @staticmethod
+    def _regions(regions: list) -> tuple[np.ndarray, np.ndarray]:
+        rows, bufs, off = [], [], 0
+        for s, e, _name, arrs in regions:
+            rows.append((s, e, len(arrs), off))
+            for a in arrs:
+                bufs.append(np.asarray(a, dtype=np.float32).ravel())
+                off += e - s
+        reg = np.array(rows, np.int64).reshape(-1, 4)
+        return reg, (np.concatenate(bufs) if bufs else np.zeros(1, np.float32))
+
+    # ---------------------------------------------------------------- run
+    def run(self) -> None:
+        st, prm = self.st, self.prm
+        gi = st[K.S_GI]
+        while True:
+            rc = kernel_run(st, prm)
+            if rc != K.RC_HOSTOP:
+                break
+            c, o, d, a, b, n = (int(x) for x in gi[K.I_CORE : K.I_X5 + 1])
+            vec.apply(o, self.local[int(st[K.S_CI][c, K.CI_LROW])], d, a, b, n)
+        if rc == K.RC_ERROR:
+            raise self._error()
+        if rc == K.RC_DEADLOCK:
+            raise self._deadlock()
+        for (s, e, _name, arrs), row in zip(self.host.outputs, self.outreg):  # outputs back
+            for r, arr in enumerate(arrs):
+                o = int(row[3]) + r * (e - s)
+                arr[...] = self.outbuf[o : o + e - s].reshape(arr.shape)
+        cf, fin = st[K.S_CF], st[K.S_FIN]
+        for c in self.cores:
+            s = c.stats
+            s.matrix_busy_ns, s.vector_busy_ns, s.transfer_busy_ns = (
+                float(cf[c.id, k]) for k in (K.CF_MB, K.CF_VB, K.CF_TB)
+            )
+            s.stall_sync_ns, s.stall_recv_ns, s.stall_memory_ns = (
+                float(cf[c.id, k]) for k in (K.CF_SS, K.CF_SR, K.CF_SM)
+            )
+            s.finish_ns = fin[c.id].tolist() if c.n else []
+        gf = st[K.S_GF]
+        self.energy = EnergyCounter(
+            matrix_pj=float(gf[K.G_EM]),
+            vector_pj=float(gf[K.G_EV]),
+            local_memory_pj=float(gf[K.G_EL]),
+        )
+        self.noc = _Counters(
+            inter_chip_bytes=int(gi[K.I_ICB]),
+            inter_chip_energy_pj=float(gf[K.G_ICE]),
+            energy_pj=float(gf[K.G_NE]),
+            flits=int(gi[K.I_FLITS]),
+        )
+        self.gmem = _Counters(
+            bytes=int(gi[K.I_GBYTES]),
+            energy_pj=float(gf[K.G_GE]),
+            busy_ns=float(gf[K.G_GNS]),
+            requests=int(gi[K.I_GREQ]),
+        )
+        self.noc_bytes = int(gi[K.I_NOCB])
+
+    def energy_total(self, run_time_ns: float) -> EnergyCounter:
+        return with_static(
+            self.energy, self.arch, self.prog.core_cnt, self.gmem.energy_pj, self.noc.energy_pj,
+            run_time_ns,
+        )  # fmt: skip
+
+    # ---------------------------------------------------------------- errors
+    def _at(self, c: int, msg: str) -> SimulationError:
+        core = self.cores[c]
+        pc = min(int(self.st[K.S_CI][c, K.CI_PC]), core.n - 1)
+        return SimulationError(f"core {c} pc {pc} ({describe(core.stream, pc)}): {msg}")
+
+    def _error(self) -> SimulationError:
+        gi = self.st[K.S_GI]
+        c, code, x1, x2, x3, x4, x5 = (int(v) for v in gi[K.I_CORE : K.I_X6 + 1])
+        msg = {
+            K.E_MVM_WIDTH: "mvmul before setbw (input width 0)",
+            K.E_MVM_WEIGHT: f"no weight matrix for array group {x1}",
+            K.E_MVM_MBIW: "mvmul with mbiw 0",
+            K.E_MVM_RANGE: f"local address out of range (input {x1}+{x2}, output {x3}+{x4}, size {x5})",
+            K.E_VEC_LEN: "vector length 0",
+            K.E_VEC_UNSUPPORTED: "vector op not supported by the float simulator",
+            K.E_LOCAL_RANGE: "local address out of range",
+            K.E_SYNC_TARGET: "sync to a core or event register that does not exist",
+            K.E_CHECK_LOCAL: f"local range [{x1}, {x1 + x2}) out of range (size {x3} elements)",
+            K.E_CHECK_HOST: f"host range [{x1}, {x1 + x2}) out of range (size {x3} elements)",
+            K.E_SEND_TARGET: f"send to invalid core {x1}",
+            K.E_RECV_TARGET: f"recv from invalid core {x1}",
+            K.E_RECV_NO_PROGRAM: f"recv from core {x1}, which has no program",
+            K.E_SIZE_MISMATCH: f"recv of {x1} bytes matches a send of {x2} bytes from core {x3}",
+        }.get(code)
+        if msg is None:
+            return SimulationError(f"core {c}: internal error {code} of the compiled engine")
+        return self._at(c, msg)
+
+    def _deadlock(self) -> SimulationError:
+        ci, evr = self.st[K.S_CI], self.st[K.S_EVR]
+        parts = []
+        for core in self.cores:
+            c = core.id
+            if ci[c, K.CI_DONE]:
+                continue
+            pc = int(ci[c, K.CI_PC])
+            extra = ""
+            b = ci[c, K.CI_BLOCKED]
+            if b == K.B_WAIT:
+                ev, val = int(ci[c, K.CI_PA]), int(ci[c, K.CI_PB])
+                extra = f" [event register {ev} = {int(evr[c, ev])} < {val}]"
+            elif b in (K.B_RECV, K.B_SEND):
+                extra = f" [{'recv' if b == K.B_RECV else 'send'} not matched]"
+            parts.append(
+                f"core {c} pc {pc} round {int(ci[c, K.CI_RND])} waits on "
+                f"{describe(core.stream, pc)}{extra}"
+            )
+        now = float(self.st[K.S_GF][K.G_NOW])
+        return SimulationError(f"deadlock at {now:.0f} ns: " + "; ".join(parts))

@@ -1,0 +1,201 @@
+"""The compiled engine (raptor.sim.compiled) against the Python reference engine
+(raptor.sim.engine), field by field: latency, deadlines, energy, per-core statistics, NoC and
+host counters, and output values bit for bit; on compiled models, throughput mode, hand-written
+programs for the corner cases of the value semantics, and the errors and deadlock reports of bad
+programs (same message text)."""
+
+import numpy as np
+import pytest
+from simprog import arch_with, ld, mvmul, program, recv, send, setbw, sldi, st, sync, vop, wait
+
+from raptor.arch import load_arch
+from raptor.compiler import compile_to_dir
+from raptor.errors import SimulationError
+from raptor.isa.opcodes import Opcode
+from raptor.isa.pimdir import read_pimdir
+from raptor.isa.table import make
+from raptor.models import save_model
+from raptor.options import CompileOptions
+from raptor.sim import simulate
+
+FIELDS = (
+    "mode",
+    "pipeline",
+    "latency_ns",
+    "deadlines_ns",
+    "throughput_per_s",
+    "energy_pj",
+    "energy_per_inference_uj",
+    "power_mw",
+    "instructions_executed",
+    "cores_used",
+    "inter_chip_bytes",
+    "inter_chip_energy_pj",
+    "host_bytes_per_inference",
+    "noc_bytes_per_inference",
+)
+
+
+def assert_same(a, b):
+    for f in FIELDS:
+        assert getattr(a, f) == getattr(b, f), f
+    assert a.energy.to_dict() == b.energy.to_dict()
+    assert [c.to_dict() for c in a.per_core] == [c.to_dict() for c in b.per_core]
+    assert len(a.outputs) == len(b.outputs)
+    for oa, ob in zip(a.outputs, b.outputs):
+        assert oa.keys() == ob.keys()
+        for k in oa:
+            assert oa[k].dtype == ob[k].dtype == np.float32
+            np.testing.assert_array_equal(oa[k].view(np.uint32), ob[k].view(np.uint32))
+
+
+def both(prog, arch=None, **kw):
+    a = simulate(prog, arch, engine="compiled", **kw)
+    b = simulate(prog, arch, engine="python", **kw)
+    assert_same(a, b)
+    return a
+
+
+@pytest.fixture(scope="module")
+def resnet18_small(tmp_path_factory):
+    d = tmp_path_factory.mktemp("r18")
+    model = save_model("resnet18", d / "r18.onnx", input_size=32)
+    arch = load_arch("arch-b")
+    compile_to_dir(model, arch, CompileOptions(mode="latency"), d / "out")
+    return read_pimdir(d / "out" / "pim"), arch
+
+
+def test_compiled_model_throughput(vgg8_tp):
+    """vgg8 (send/recv, sync/wait, ld/st), two rounds streaming two inputs."""
+    _, arch, prog, traced = vgg8_tp
+    r = both(prog, arch, mode="throughput", pipeline=2)
+    assert r.deadlines_ns == traced.deadlines_ns  # the traced Python run agrees too
+    assert r.noc_bytes_per_inference > 0 and r.host_bytes_per_inference > 0
+
+
+def test_compiled_model_latency_and_tensors(resnet18_small):
+    prog, arch = resnet18_small
+    a = simulate(prog, arch, engine="compiled", tensors=True)
+    b = simulate(prog, arch, engine="python", tensors=True)
+    assert_same(a, b)
+    assert a.tensors.keys() == b.tensors.keys()
+    for k in a.tensors:
+        np.testing.assert_array_equal(a.tensors[k], b.tensors[k])
+
+
+def test_auto_picks_python_for_rob_and_trace(vgg8_tp):
+    _, arch, prog, _ = vgg8_tp
+    with pytest.raises(SimulationError, match="rob_size 1"):
+        simulate(prog, arch, mode="throughput", pipeline=2, trace=True, engine="compiled")
+    rob = arch_with(rob_size=4)
+    p = program([[setbw(), sldi(1, 0), vop(Opcode.VRELU, 1, 1, 1, 8)]])
+    with pytest.raises(SimulationError, match="rob_size 1"):
+        simulate(p, rob, engine="compiled")
+    assert simulate(p, rob).latency_ns == simulate(p, rob, engine="python").latency_ns
+
+
+def _valued(cores, n_host=512, seed=0, out=(256, 128), **kw):
+    """A program over random host memory whose output is host[out[0]:out[0]+out[1]]."""
+    rng = np.random.default_rng(seed)
+    mem = rng.standard_normal(n_host).astype(np.float32)
+    mem[:4] = [-0.0, np.nan, 0.0, -1.0]
+    meta = {"outputs": [{"name": "y", "shape": [out[1]], "address": out[0]}]}
+    return program(cores, memory=mem, meta=meta, **kw)
+
+
+def test_vector_values_and_overlaps(arch):
+    """Every float vector op, in place and on overlapping ranges (numpy's copy semantics), relu
+    and max of -0.0 and NaN, lmv/vmv overlaps, and the ops numpy computes (vsigm, vtanh, vavg,
+    vvdmul, vsoftmax)."""
+    body = [setbw(), sldi(1, 0), sldi(2, 0), ld(2, 1, 256)]  # local[0:256] = host[0:256]
+    for op in (Opcode.VVADD, Opcode.VVSUB, Opcode.VVMUL, Opcode.VVMAX):
+        body += [sldi(3, 8), sldi(4, 0), vop(op, 3, 4, 3, 40)]  # out overlaps both inputs
+        body += [sldi(3, 100), vop(op, 3, 3, 3, 20)]  # in place
+    body += [sldi(3, 0), sldi(4, 2), vop(Opcode.VRELU, 4, 3, 3, 30)]  # shifted relu
+    body += [sldi(5, 3), vop(Opcode.VMV, 3, 4, 5, 20)]  # strided move onto its source
+    body += [make(Opcode.LMV, rd=4, r1=3, generic3=50)]  # overlapping local move
+    body += [sldi(6, 150), vop(Opcode.VSIGM, 6, 6, 6, 16), vop(Opcode.VTANH, 6, 6, 6, 16)]
+    body += [vop(Opcode.VSOFTMAX, 6, 3, 3, 16), sldi(7, 2), vop(Opcode.VAVG, 6, 3, 7, 10)]
+    body += [vop(Opcode.VVDMUL, 6, 3, 4, 33)]
+    body += [make(Opcode.LLDI, rd=3, r2_or_imm=-7, generic3=4)]
+    body += [sldi(8, 256), st(8, 2, 128)]  # host[256:384] = local[0:128]
+    both(_valued([body]), arch)
+
+
+@pytest.mark.parametrize("rows,cols", [(16, 8), (1, 8), (16, 1), (128, 64)])
+def test_mvm_values(arch, rows, cols):
+    """MVM with and without relu, output overlapping its input; shapes with numpy's special
+    cases (one row: no BLAS, one column: a dot product)."""
+    rng = np.random.default_rng(rows * 100 + cols)
+    w = rng.standard_normal((rows, cols)).astype(np.float32)
+    body = [setbw(), sldi(1, 0), sldi(2, 0), ld(2, 1, 256)]
+    body += [sldi(3, 4), mvmul(3, 2, group=0, relu=1), sldi(4, 130), mvmul(4, 3, group=1)]
+    body += [sldi(8, 256), st(8, 2, 128)]
+    prog = _valued([body], agm=[[1, 1]], weights=[w, w], agw=[[0, 1]])
+    both(prog, arch)
+
+
+def test_dataflow_rounds_and_events(arch):
+    """Two cores exchanging data by send/recv and sync/wait over three rounds."""
+    c0 = [setbw(), sldi(1, 0), sldi(2, 0), ld(2, 1, 64), send(2, 1, 64), sync(3, 1), wait(2, 1)]
+    c1 = [setbw(), sldi(1, 64), recv(1, 0, 64), wait(3, 1), vop(Opcode.VRELU, 1, 1, 1, 64)]
+    c1 += [sldi(8, 256), st(8, 1, 64), sync(2, 0)]
+    both(_valued([c0, c1], out=(256, 64)), arch, mode="throughput", pipeline=3, force_target=True)
+
+
+BAD = [
+    [[setbw(0, 8), mvmul(1, 1)]],  # mvmul before setbw
+    [[setbw(), mvmul(1, 1, group=5)]],  # no weight matrix
+    [[setbw(), mvmul(1, 1, mbiw=0)]],  # mbiw 0
+    [[setbw(), sldi(1, 2 * 10**6), mvmul(1, 1)]],  # local range of an MVM
+    [[setbw(), vop(Opcode.VRELU, 1, 1, 1, 0)]],  # vector length 0
+    [[setbw(), vop(Opcode.VVSLL, 1, 1, 1, 4)]],  # no float meaning
+    [[setbw(), sldi(1, -8), vop(Opcode.VVADD, 1, 1, 1, 4)]],  # local range of a vector op
+    [[setbw(), sync(1, 7)]],  # sync to a core that does not exist
+    [[setbw(), sldi(1, -4), ld(1, 1, 8)]],  # local range of an ld
+    [[setbw(), sldi(2, 2 * 10**6), ld(1, 2, 8)]],  # host range
+    [[setbw(), send(1, 0, 8)]],  # send to itself
+    [[setbw(), recv(1, 1, 8)], []],  # recv from a core without a program
+    [[setbw(), send(1, 1, 8)], [setbw(), recv(1, 0, 16)]],  # sizes differ
+    [[setbw(), wait(0, 1)], [setbw(), sync(1, 0), sync(1, 0)]],  # deadlock: wrong event
+    [[setbw(), recv(1, 1, 8)], [setbw(), wait(0, 1)]],  # deadlock: recv unmatched
+    [[setbw(), sldi(40, 0)]],  # register number
+]
+
+
+@pytest.mark.parametrize("cores", BAD)
+def test_errors_are_the_same(arch, cores):
+    w = [np.ones((4, 4), np.float32)]
+    n = len(cores)
+    prog = _valued(cores, agm=[[1]] * n, weights=w, agw=[[0]] * n)
+    msgs = []
+    for engine in ("compiled", "python"):
+        with pytest.raises(SimulationError) as e:
+            simulate(prog, arch, engine=engine)
+        msgs.append(str(e.value))
+    assert msgs[0] == msgs[1]
+    assert msgs[0].startswith(("core ", "deadlock at "))
+
+
+def test_deadlock_report_names_the_blocked_instructions(arch):
+    prog = _valued([[setbw(), wait(0, 1)], [setbw(), sync(1, 0), sync(1, 0)]])
+    with pytest.raises(SimulationError) as e:
+        simulate(prog, arch, engine="compiled")
+    msg = str(e.value)
+    assert msg.startswith("deadlock at ")
+    assert "core 0 pc 1 round 0 waits on wait " in msg
+    assert msg.endswith("[event register 0 = 0 < 1]")
+
+
+def test_setbw_state_carries_into_the_next_round(arch):
+    """A vector op before the stream's first setbw runs at width 0 (1 byte) in round 0 and at
+    the previous round's last setbw in later rounds: different costs, same in both engines."""
+    body = [
+        sldi(1, 0),
+        vop(Opcode.VRELU, 1, 1, 1, 64),
+        setbw(16, 16),
+        vop(Opcode.VRELU, 1, 1, 1, 64),
+    ]
+    r = both(_valued([body]), arch, mode="throughput", pipeline=3, force_target=True)
+    f = r.per_core[0].finish_ns
+    assert f[1] - f[0] > f[0]  # round 1's first relu reads and writes 2-byte elements
