@@ -250,6 +250,8 @@ def test_ctrl_c_cancels_queued_and_running_cases(cluster, tmp_path):
             "--models",
             "vgg8",
             "resnet18",
+            "resnet34",  # enough work that the run cannot end before the signal arrives
+            "googlenet",
             "--archs",
             "arch-a",
             "--input-size",

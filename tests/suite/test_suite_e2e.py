@@ -184,6 +184,8 @@ def test_ctrl_c_ends_every_worker_and_writes_no_csv(tmp_path):
             "--models",
             "vgg8",
             "resnet18",
+            "resnet34",  # enough work that the run cannot end before the signal arrives
+            "googlenet",
             "--archs",
             "arch-a",
             "--input-size",
