@@ -69,7 +69,14 @@ def concat(blocks: list[np.ndarray]) -> np.ndarray:
     """Concatenate blocks into one stream (an empty list gives an empty stream)."""
     if not blocks:
         return empty(0)
-    return np.concatenate(blocks).astype(INST_DTYPE, copy=False)
+    # filled slice by slice: np.concatenate promotes the structured dtype once per block, which
+    # cost more than the copy itself (a third of a resnet34 compile)
+    out = np.empty(sum(len(b) for b in blocks), dtype=INST_DTYPE)
+    at = 0
+    for b in blocks:
+        out[at : at + len(b)] = b
+        at += len(b)
+    return out
 
 
 def interleave(blocks: list[np.ndarray]) -> np.ndarray:
@@ -83,8 +90,10 @@ def interleave(blocks: list[np.ndarray]) -> np.ndarray:
     n = len(blocks[0])
     if any(len(b) != n for b in blocks):
         raise ValueError("interleave needs blocks of equal length")
-    stacked = np.stack(blocks, axis=1)
-    return stacked.reshape(-1).astype(INST_DTYPE, copy=False)
+    out = np.empty(n * len(blocks), dtype=INST_DTYPE)
+    for i, b in enumerate(blocks):  # strided copies: no per-block dtype promotion (see concat)
+        out[i :: len(blocks)] = b
+    return out
 
 
 def opcode_counts(stream: np.ndarray) -> dict[str, int]:
