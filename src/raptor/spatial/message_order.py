@@ -272,7 +272,15 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             toks += sg.tokens_after.get(n.id, [])
         return toks
 
+    memo: dict[int, bool] = {}  # ready() of each core while no event runs (offers only push)
+
     def ready(c: int) -> bool:
+        r = memo.get(c)
+        if r is None:
+            r = memo[c] = _ready(c)
+        return r
+
+    def _ready(c: int) -> bool:
         """Core c can run its next event: a step (its output row slot free: the row computed
         out_rows steps earlier is sent), entering its next node, or ending its round."""
         if done[c]:
@@ -444,6 +452,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             n = current(x)
             if n is not None and n.id in gang:
                 extra.update(m.core for m in gang[n.id])
+        memo.clear()
         for x in woke | extra:
             offer(x)
     if not all(done.values()):
