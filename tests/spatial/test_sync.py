@@ -45,8 +45,12 @@ def _end_waits(prog):
 
 def test_tokens_latency_and_throughput():
     arch = load_arch(str(ARCH_TINY))
-    lat = compile_model(toy_resnet(), arch, CompileOptions()).program
-    thr = compile_model(toy_resnet(), arch, CompileOptions(mode="throughput", pipeline=3)).program
+    # host-memory dataflow: with the NoC dataflow this model keeps no cross-core host edge
+    host = {"disable_noc_dataflow": True}
+    lat = compile_model(toy_resnet(), arch, CompileOptions(**host)).program
+    thr = compile_model(
+        toy_resnet(), arch, CompileOptions(mode="throughput", pipeline=3, **host)
+    ).program
     assert _ops(lat)[Opcode.SYNC] > 0 and _ops(lat)[Opcode.WAIT] > 0
     # throughput: credits sent after the last read, waited for at the end of the writer's round
     assert _credits(thr) == 0 and _credits(lat) == 0

@@ -511,6 +511,14 @@ def host_views(sg: SpatialGraph, n: ComputeNode, plan: NocPlan | None) -> list[t
     return [(k, ly.inputs[k]) for k in ks if k not in noc or (k == 0 and mixed)]
 
 
+def token_views(sg: SpatialGraph, n: ComputeNode, plan: NocPlan | None) -> list[tuple[int, object]]:
+    """The host views of node n whose order synchronization must guard: `host_views` without the
+    window input of a mixed or local node, which reads from host memory only what its own core
+    stored earlier in the same program (program order orders it, in every round)."""
+    own = plan is not None and (n.id in plan.mixed or n.id in plan.local)
+    return [(k, v) for k, v in host_views(sg, n, plan) if not (k == 0 and own)]
+
+
 @dataclass(frozen=True)
 class NocDataflowPass:
     """Attach the NoC plan to the graph (`sg.noc`); lowering and synchronization follow it."""

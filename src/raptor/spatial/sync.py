@@ -52,7 +52,7 @@ from raptor.spatial.ir import (
     SyncToken,
     TokenKind,
 )
-from raptor.spatial.noc import host_views
+from raptor.spatial.noc import token_views
 
 
 def node_writes(sg: SpatialGraph, n: ComputeNode) -> str | None:
@@ -69,7 +69,7 @@ def node_writes(sg: SpatialGraph, n: ComputeNode) -> str | None:
 def node_reads(sg: SpatialGraph, n: ComputeNode) -> list[str]:
     """Host buffers a node loads (only the root row group reads a fused residual; a fed unit's
     window input arrives over the NoC)."""
-    return list(dict.fromkeys(v.buffer for _, v in host_views(sg, n, sg.noc)))
+    return list(dict.fromkeys(v.buffer for _, v in token_views(sg, n, sg.noc)))
 
 
 class Credits(StrEnum):
@@ -375,7 +375,7 @@ def _band_tokens(sg: SpatialGraph, base: SpatialGraph) -> SpatialGraph | None:
         nodes_of: dict[int, set[int]] = {}  # P -> C's nodes that need it
         for n in nodes:
             ly = sg.layers[n.layer]
-            views = host_views(sg, n, sg.noc)
+            views = token_views(sg, n, sg.noc)
             for i, (a, b) in enumerate(bands[n.id]):
                 target: dict[int, int] = {}
                 for k, v in views:
