@@ -83,6 +83,31 @@ def use_line_buffer(ctx: LowerCtx, node: ComputeNode) -> bool:
     return ctx.line_choice[key]
 
 
+def load_host_row(v, iy: int, x0: int, x1: int, base: int, reg: int, eb: int) -> list[np.ndarray]:
+    """ld columns [x0, x1) of row iy of host view v to local address `base` (column x0): one ld
+    when the view's pixels are contiguous, else one per pixel."""
+    c = v.channels
+    if v.contiguous:
+        host = (v.channel_offset + (iy * v.width + x0) * v.pixel_stride) * eb
+        return [
+            sldi(reg, base),
+            make(
+                Opcode.LD,
+                rd=reg,
+                r1=R_IN0,
+                generic1=OFFSET_RS1,
+                generic2=host,
+                generic3=(x1 - x0) * c * eb,
+            ),
+        ]
+    xs = np.arange(x0, x1, dtype=np.int64)
+    b = Block(len(xs))
+    b.add(Opcode.SLDI, rd=reg, r2_or_imm=base + (xs - x0) * c * eb)
+    host = (v.channel_offset + (iy * v.width + xs) * v.pixel_stride) * eb
+    b.add(Opcode.LD, rd=reg, r1=R_IN0, generic1=OFFSET_RS1, generic2=host, generic3=c * eb)
+    return [b.build()]
+
+
 def lower_mvm_lines(
     ctx: LowerCtx,
     node: ComputeNode,
@@ -167,25 +192,7 @@ def lower_mvm_lines(
                     generic3=(node.r1 - node.r0) * eb,
                 ),
             ]
-        if v.contiguous:
-            host = (v.channel_offset + (iy * v.width + x0) * v.pixel_stride) * eb
-            return [
-                sldi(t_addr, base),
-                make(
-                    Opcode.LD,
-                    rd=t_addr,
-                    r1=R_IN0,
-                    generic1=OFFSET_RS1,
-                    generic2=host,
-                    generic3=(x1 - x0) * c * eb,
-                ),
-            ]
-        xs = np.arange(x0, x1, dtype=np.int64)
-        b = Block(len(xs))
-        b.add(Opcode.SLDI, rd=t_addr, r2_or_imm=base + (xs - x0) * c * eb)
-        host = (v.channel_offset + (iy * v.width + xs) * v.pixel_stride) * eb
-        b.add(Opcode.LD, rd=t_addr, r1=R_IN0, generic1=OFFSET_RS1, generic2=host, generic3=c * eb)
-        return [b.build()]
+        return load_host_row(v, iy, x0, x1, base, t_addr, eb)
 
     steps = line_steps(ctx, node, bands, before, after)
     for oy, pa, pb, pre, post, k in steps:
@@ -308,7 +315,6 @@ def lower_pool_lines(
     out_at = partial(noc.out_row_addr, node) if sender else None
     blocks: list[np.ndarray] = regs.flush()
     loaded: set[int] = set()
-    seg = (x1 - x0) * c
 
     def slot(iy: int) -> int:
         return noc.in_row_addr(node, iy) if fed else ring + (iy % kh) * row_bytes
@@ -325,33 +331,7 @@ def lower_pool_lines(
             if fed:  # received in the node's message slots, but a mixed node's own pieces
                 blocks += own_pieces(ctx, node, iy, slot(iy), t_addr)
                 continue
-            base = slot(iy) + x0 * c * eb
-            if v.contiguous:
-                host = (v.channel_offset + (iy * v.width + x0) * v.pixel_stride) * eb
-                blocks += [
-                    sldi(t_addr, base),
-                    make(
-                        Opcode.LD,
-                        rd=t_addr,
-                        r1=R_IN0,
-                        generic1=OFFSET_RS1,
-                        generic2=host,
-                        generic3=seg * eb,
-                    ),
-                ]
-            else:
-                xs = np.arange(x0, x1, dtype=np.int64)
-                lb = Block(len(xs))
-                lb.add(Opcode.SLDI, rd=t_addr, r2_or_imm=base + (xs - x0) * c * eb)
-                lb.add(
-                    Opcode.LD,
-                    rd=t_addr,
-                    r1=R_IN0,
-                    generic1=OFFSET_RS1,
-                    generic2=(v.channel_offset + (iy * v.width + xs) * v.pixel_stride) * eb,
-                    generic3=c * eb,
-                )
-                blocks.append(lb.build())
+            blocks += load_host_row(v, iy, x0, x1, slot(iy) + x0 * c * eb, t_addr, eb)
         # vertical reduction of the in-bounds rows into `red` (the columns this step's windows read)
         ca = max(0, (pa - oy * ow) * sw - pl)
         cb = min(v.width, (pb - 1 - oy * ow) * sw - pl + kw)
