@@ -28,7 +28,7 @@ from raptor.pim.emit import (
     sldi,
 )
 from raptor.pim.lowering_ctx import LowerCtx
-from raptor.pim.lowering_mvm import mvm_prologue, mvm_tail
+from raptor.pim.lowering_mvm import MvmTail, mvm_prologue, mvm_tail
 from raptor.pim.lowering_noc import (
     end_slot,
     line_steps,
@@ -148,6 +148,7 @@ def lower_mvm_lines(
     ps_b = alloc.alloc(cols * eb, "psum2") if need_b else None
     last = dst_core < 0
     pro, regs, bias = mvm_prologue(ctx, layer, node, v.buffer, residual, last, alloc, cols, eb)
+    tail = MvmTail(layer, node, srcs, dst_core, ps_a, ps_b, bias, residual, eb)
     regs.loc(ps_a)
     if ps_b is not None:
         regs.loc(ps_b)
@@ -243,16 +244,8 @@ def lower_mvm_lines(
         mvm_tail(
             b,
             regs,
-            layer,
-            node,
-            srcs,
-            dst_core,
-            ps_a,
-            ps_b,
-            bias,
-            residual,
+            tail,
             pixels,
-            eb,
             out_at(oy) if sender else None,
             ox,
             noc.in_row_addr(node, oy, 1) if residual is not None and res_fed else None,

@@ -10,6 +10,8 @@ the column slice into the pixel.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from raptor.isa.opcodes import OFFSET_RD, OFFSET_RS1, Opcode
@@ -119,7 +121,7 @@ def lower_mvm(ctx: LowerCtx, node: ComputeNode, ag_base: int, alloc: LocalAlloca
     pro, regs, bias = mvm_prologue(
         ctx, layer, node, layer.inputs[0].buffer, residual, last, alloc, cols, eb
     )
-    out = layer.output
+    tail = MvmTail(layer, node, srcs, dst_core, ps_a, ps_b, bias, residual, eb)
     # fixed registers first: window tiles, psums, bias
     regs.loc(ps_a)
     if ps_b is not None:
@@ -170,46 +172,42 @@ def lower_mvm(ctx: LowerCtx, node: ComputeNode, ag_base: int, alloc: LocalAlloca
                 )
                 if t > 0:
                     emit_vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
-            for src in srcs:  # add the partial sums of the subtrees
-                b.add(Opcode.RECV, rd=regs.loc(ps_b, b), r2_or_imm=src, generic3=cols * eb)
-                emit_vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
-            if not last:
-                b.add(Opcode.SEND, rd=regs.loc(ps_a, b), r2_or_imm=dst_core, generic3=cols * eb)
-            else:
-                emit_vv(b, regs, Opcode.VVADD, ps_a, ps_a, bias, cols)
-                if residual is not None:  # fused Add (spatial/fusion.py)
-                    rv = residual
-                    r_host = (rv.channel_offset + sub.pixels * rv.pixel_stride + node.c0) * eb
-                    emit_ld(b, regs, ps_b, R_IN1, r_host, cols * eb)
-                    emit_vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
-                emit_activation(b, regs, layer.activation, ps_a, ps_b, cols)
-                host = (out.channel_offset + sub.pixels * out.pixel_stride + node.c0) * eb
-                emit_st(b, regs, ps_a, host, cols * eb)
+            mvm_tail(b, regs, tail, sub.pixels)  # partial sums of the subtrees, fused Add
             parts.append((np.flatnonzero(lanes_mask), len(b.slots), b.build()))
         blocks += regs.flush() + zero + [merge_lanes(parts)]
     return concat(blocks)
 
 
+@dataclass(frozen=True)
+class MvmTail:
+    """What finishes an MVM node's pixels: its reduction-tree links, partial-sum and bias
+    buffers, fused residual view and element size."""
+
+    layer: Layer
+    node: ComputeNode
+    srcs: tuple
+    dst_core: int
+    ps_a: int
+    ps_b: int | None
+    bias: int | None
+    residual: object
+    eb: int
+
+
 def mvm_tail(
-    b,
-    regs,
-    layer,
-    node,
-    srcs,
-    dst_core,
-    ps_a,
-    ps_b,
-    bias,
-    residual,
-    pixels,
-    eb,
-    out_row=None,
-    ox=None,
-    res_row=None,
-):
+    b: Block,
+    regs: Regs,
+    tail: MvmTail,
+    pixels: np.ndarray,
+    out_row: int | None = None,
+    ox: np.ndarray | None = None,
+    res_row: int | None = None,
+) -> None:
     """Row-group reduction, bias, fused residual (from host memory, or from the local residual
     row res_row at column ox when it arrives over the NoC), activation and store of an MVM lane
     block (into the local output row at column ox when the node sends its rows over the NoC)."""
+    layer, node, srcs, dst_core = tail.layer, tail.node, tail.srcs, tail.dst_core
+    ps_a, ps_b, bias, residual, eb = tail.ps_a, tail.ps_b, tail.bias, tail.residual, tail.eb
     cols = node.c1 - node.c0
     out = layer.output
     for src in srcs:
