@@ -240,6 +240,8 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     ver = dict.fromkeys(cores, 0)
     done = dict.fromkeys(cores, False)
     pending: dict[int, dict[int, tuple]] = {c: {} for c in cores}  # message id -> message
+    to: dict[int, dict[int, dict[int, tuple]]] = {c: {} for c in cores}  # pending by destination
+    rows_out: dict[int, dict[int, int]] = {}  # producer node -> pending messages per output row
     inbound: dict[int, set[int]] = {c: set() for c in cores}  # producer cores holding rows for c
     heap: list[tuple] = []
     seq = 0
@@ -294,7 +296,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         if pending[c] and n.id in plan.out_rows:
             keep = plan.out_rows[n.id]
             oy = steps[n.id][j].oy
-            if any(msg[0] is n and msg[2] <= oy - keep for msg in pending[c].values()):
+            if any(r <= oy - keep for r in rows_out.get(n.id, ())):
                 return False
         if not waits_ok(c, before(n, j)):
             return False
@@ -338,18 +340,23 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         """Push the events core c can take part in now. A step waits while one of the core's
         messages can be exchanged before half the step would be done: the peer would otherwise
         wait for the whole step (rendezvous)."""
+        # the exchanges of one core pair are all due at the same time and the first one pushed
+        # runs first and moves both cores on (staling the rest): push only that one
         soon = INF
+        paired: set[int] = set()
         for mid, (_, m, r, _, _, si) in pending[c].items():
-            if slot_free(m, inp(m, si), crow(m, si, r)):
+            if m.core not in paired and slot_free(m, inp(m, si), crow(m, si, r)):
+                paired.add(m.core)
                 when = max(t[c], t[m.core], now)
                 soon = min(soon, when)
                 push(when, "xchg", (c, m.core), mid)
         for p in inbound[c]:
-            for mid, (_, m, r, _, _, si) in pending[p].items():
-                if m.core == c and slot_free(m, inp(m, si), crow(m, si, r)):
+            for mid, (_, m, r, _, _, si) in to[p].get(c, {}).items():
+                if slot_free(m, inp(m, si), crow(m, si, r)):
                     when = max(t[p], t[c], now)
                     soon = min(soon, when)
                     push(when, "xchg", (p, c), mid)
+                    break
         if not ready(c):
             return
         n = current(c)
@@ -404,7 +411,10 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
                 cr, shift = plan.consumer_row(plan.sources[m.layer][si], s.oy)
                 for a, b in _runs((seg << shift) & want.get((m.id, inp(m, si), cr), 0)):
                     a, b = a - shift, b - shift
-                    pending[c][next(ids)] = (n, m, s.oy, a, b, si)
+                    mid = next(ids)
+                    pending[c][mid] = to[c].setdefault(m.core, {})[mid] = (n, m, s.oy, a, b, si)
+                    per_row = rows_out.setdefault(n.id, {})
+                    per_row[s.oy] = per_row.get(s.oy, 0) + 1
                     inbound[m.core].add(c)
                     woke.add(m.core)
 
@@ -431,6 +441,11 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             if mid not in pending[p]:
                 continue
             n, m, r, x0, x1, si = pending[p].pop(mid)
+            del to[p][d][mid]
+            per_row = rows_out[n.id]
+            per_row[r] -= 1
+            if not per_row[r]:
+                del per_row[r]
             sends, recvs = _message(sg, plan, n, m, plan.sources[m.layer][si], r, x0, x1)
             comm.setdefault(key(p), []).extend(Comm(True, d, a, z) for a, z in sends)
             comm.setdefault(key(d), []).extend(Comm(False, p, a, z) for a, z in recvs)
@@ -438,7 +453,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             have[m.id, cr, si] |= (1 << (x1 + shift)) - (1 << (x0 + shift))
             size = sum(z for _, z in sends)
             t[p] = t[d] = when + (flits(arch, size) + len(sends) - 1) * link_latency_ns(arch, p, d)
-            if not any(msg[1].core == d for msg in pending[p].values()):
+            if not to[p][d]:
                 inbound[d].discard(p)
             touch(p)
             touch(d)
