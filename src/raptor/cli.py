@@ -78,6 +78,7 @@ def compile_options(args: argparse.Namespace) -> CompileOptions:
         disable_noc_dataflow=args.pim_disable_noc_dataflow,
         disable_sibling_merge=args.pim_disable_sibling_merge,
         disable_line_buffer=args.pim_disable_line_buffer,
+        disable_pixel_chunks=args.pim_disable_pixel_chunks,
         compiler=args.compiler,
         replication=args.replication,
     )
@@ -341,6 +342,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Raptor: load every window per pixel, line buffers only where the NoC dataflow "
         "needs them (default: off)",
+    )
+    cp.add_argument(
+        "--pim-disable-pixel-chunks",
+        action="store_true",
+        help="Raptor: one contiguous pixel range per replica; by default the planner also tries "
+        "interleaved pixel chunks and keeps the plan with the shorter estimated schedule "
+        "(default: off)",
     )
     cp.add_argument(
         "--print-passes",

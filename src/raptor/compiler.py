@@ -7,9 +7,11 @@ The Spatial passes come from the options (raptor.spatial.passes); `pass_list` na
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -95,20 +97,22 @@ def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) ->
     from raptor.spatial.build import build_spatial
     from raptor.spatial.message_order import OrderStuck, order_messages
     from raptor.spatial.noc import demote_pairs
-    from raptor.spatial.passes import round_passes, spatial_passes
+    from raptor.spatial.passes import round_passes
     from raptor.spatial.planning import estimates
 
     sg = timed("build-spatial", build_spatial, graph, arch.element_bytes, arch.matrix.rows)
-    for p in spatial_passes(opts):
-        sg = timed(p.name, p.apply, arch, sg)
+    planned, first = _plan(arch, sg, opts, timed)
     meta = {"compiler": "raptor", "arch": arch.name, "mode": opts.mode, "pipeline": opts.pipeline}
-    planned = sg
     failure = "no program"
     for _ in range(MAX_NOC_ROUNDS):
-        sg = planned
-        for p in round_passes(opts):
-            sg = timed(p.name, p.apply, arch, sg)
-        if sg.noc is not None:
+        ordered = first is not None  # synchronized and ordered while planning
+        if ordered:
+            sg, first = first, None
+        else:
+            sg = planned
+            for p in round_passes(opts):
+                sg = timed(p.name, p.apply, arch, sg)
+        if sg.noc is not None and not ordered:
             try:
                 sg.noc.comm = timed("noc-message-order", order_messages, arch, sg)
             except OrderStuck as e:
@@ -131,6 +135,56 @@ def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) ->
     return _with_bounds(
         CompileResult(prog, _report(arch, opts, sg, prog, stats, est, timed.times)), graph, arch
     )
+
+
+def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer):
+    """Run the Spatial passes; returns the planned graph and, when the planner had a choice, the
+    graph of its first round (synchronized, messages ordered) so the round loop does not redo it.
+
+    With pixel chunks on (spatial/planning.py), the planning and NoC passes run twice, with
+    contiguous ranges per replica and with chunks, and the compiler keeps the plan whose message
+    order (an execution on estimated times) ends first; chunks must be strictly better."""
+    from raptor.spatial.message_order import OrderStuck, order_messages
+    from raptor.spatial.passes import round_passes, spatial_passes
+    from raptor.spatial.planning import SpatialPlanningPass
+
+    passes = spatial_passes(opts)
+    at = next(
+        (i for i, p in enumerate(passes) if isinstance(p, SpatialPlanningPass) and p.chunks), None
+    )
+    if at is None:
+        for p in passes:
+            sg = timed(p.name, p.apply, arch, sg)
+        return sg, None
+    for p in passes[:at]:
+        sg = timed(p.name, p.apply, arch, sg)
+    best = None
+    for chunks in (False, True):
+        planned = sg
+        for p in [replace(passes[at], chunks=chunks), *passes[at + 1 :]]:
+            planned = timed(p.name, p.apply, arch, planned)
+        first = planned
+        for p in round_passes(opts):
+            first = timed(p.name, p.apply, arch, first)
+        try:
+            first.noc.comm = timed("noc-message-order", order_messages, arch, first)
+            est = first.noc.estimated_ns
+        except OrderStuck:
+            first.noc.comm, est = None, math.inf
+        sg.notes.plan_estimates_ns["chunked" if chunks else "contiguous"] = est
+        if best is None or est < best[0]:
+            best = (est, planned, first if first.noc.comm is not None else None)
+    return best[1], best[2]
+
+
+def _pixel_chunks(sg) -> dict[str, int]:
+    """Pixel chunks per replica of every layer the plan interleaves (spatial/planning.py)."""
+    out: dict[str, int] = {}
+    for n in sg.nodes:
+        if n.chunk:
+            name = sg.layers[n.layer].name
+            out[name] = max(out.get(name, 1), n.chunk + 1)
+    return out
 
 
 def _demote_blocked(sg, check: DeadlockReport) -> bool:
@@ -195,6 +249,8 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "estimated_core_ns_max": float(np.max(est["core_ns"])) if len(est["core_ns"]) else 0.0,
         "event_registers_max": sg.notes.event_registers,
         "band_tokens": sg.notes.band_tokens,
+        "plan_estimates_ns": dict(sg.notes.plan_estimates_ns),
+        "pixel_chunks": _pixel_chunks(sg),
         "layer_cores": _layer_cores(sg),
         "depthwise_packing": _depthwise_report(arch, sg),
         "inter_chip_bytes_estimate": _inter_chip_bytes(arch, sg),

@@ -46,3 +46,30 @@ def test_snake_order_is_a_permutation_of_neighbours():
     order = snake_order(arch)
     assert sorted(order) == list(range(arch.core_count))
     assert all(sum(arch.hops(a, b)) == 1 for a, b in zip(order, order[1:]))
+
+
+def test_pixel_chunks_are_dealt_round_robin_and_share_their_replicas_crossbars():
+    """3 replicas x 2 chunks of a 16x16 conv's 256 output pixels: split_range(256, 6) gives the
+    edges 0 43 85 128 171 213 256; range j goes to replica j % 3 as its chunk j // 3, only chunk 0
+    carries crossbars, and the packer puts every chunk on its chunk 0's core."""
+    import numpy as np
+
+    from raptor.spatial.merging import pack_balanced
+    from raptor.spatial.tiling import make_nodes
+
+    arch, sg = _tiled(toy_convnet(hw=16))
+    gemm = next(ly.index for ly in sg.layers if ly.kind.name == "GEMM" and ly.out_pixels == 256)
+    nodes = [n for n in make_nodes(sg, arch, {gemm: 3}, {}, {gemm: 2}) if n.layer == gemm]
+    heads = sorted({(n.p0, n.p1, n.replica, n.chunk) for n in nodes})
+    assert heads == [
+        (0, 43, 0, 0),
+        (43, 85, 1, 0),
+        (85, 128, 2, 0),
+        (128, 171, 0, 1),
+        (171, 213, 1, 1),
+        (213, 256, 2, 1),
+    ]
+    assert all((n.crossbars > 0) == (n.chunk == 0) for n in nodes)
+    placed, _ = pack_balanced(arch, nodes, np.ones(len(nodes)))
+    core = {(n.replica, n.c0, n.row_group): n.core for n in placed if n.chunk == 0}
+    assert all(n.core == core[n.replica, n.c0, n.row_group] for n in placed)

@@ -2,9 +2,9 @@
 
 Every non-empty core's stream is: setbw (ibiw = obiw = activation bits), sldi r0 0, its credit
 syncs, then its nodes in program order, each wrapped in its wait/sync tokens, then its end-of-round
-credit waits. Array groups are
-allocated per node and row tile; weight matrices are deduplicated by (layer, rows, columns), so
-replicas share one matrix. A stream never ends in a scalar/setbw (pimsim-nn would not finish it).
+credit waits. Array groups are allocated per node and row tile (the pixel chunks of one replica
+share its groups); weight matrices are deduplicated by (layer, rows, columns), so replicas share
+one matrix. A stream never ends in a scalar/setbw (pimsim-nn would not finish it).
 """
 
 from __future__ import annotations
@@ -87,10 +87,13 @@ def generate(
         blocks += token_records(sg.tokens_start.get(core, []))
         blocks += noc_prologue(ctx, core)
         core_spans = spans.setdefault(f"core{core}", [])
+        shared: dict[tuple[int, int, int, int], int] = {}  # a replica's array groups on this core
         for n in nodes:
             core_spans.append([sum(len(b) for b in blocks), n.layer])
             ag_base = len(ags)
             if n.kind == NodeKind.MVM:
+                ag_base = shared.setdefault((n.layer, n.replica, n.c0, n.r0), ag_base)
+            if n.kind == NodeKind.MVM and ag_base == len(ags):
                 layer = sg.layers[n.layer]
                 for a, b in row_tiles(arch, n.r0, n.r1):
                     key = (n.layer, a, b, n.c0, n.c1)

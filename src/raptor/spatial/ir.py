@@ -130,6 +130,9 @@ class ComputeNode:
     replica: int = 0
     crossbars: int = 0
     core: int = -1
+    # pixel chunk of the replica (spatial/tiling.py make_nodes): chunk 0 holds the replica's
+    # crossbars, later chunks run on its core with the same array groups (crossbars 0)
+    chunk: int = 0
 
     @property
     def lanes(self) -> int:
@@ -178,6 +181,8 @@ class SpatialNotes:
     merged_siblings: int = 0  # sibling GEMM layers merged away (sibling)
     event_registers: int = 0  # event registers per core, the most any core uses (sync)
     band_tokens: bool | None = None  # sync used row-band tokens; None: sync did not run
+    # message-order estimate (ns) of each plan the compiler tried: "contiguous", "chunked"
+    plan_estimates_ns: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -222,12 +227,13 @@ class SpatialGraph:
     def reduce_links(self) -> dict[int, tuple[tuple[int, ...], int]]:
         """Row-group reduction tree of every MVM node of a multi-group layer: (cores it receives
         partial sums from, in order; core it sends its sum to, -1 for the root). The groups of one
-        (layer, replica, column slice) form a binomial tree rooted at group 0: group g receives
-        from g + 2^k for every k with g % 2^(k+1) == 0 (ascending k), then sends to g - lowbit(g)."""
-        trees: dict[tuple[int, int, int], dict[int, ComputeNode]] = {}
+        (layer, replica, column slice, pixel chunk) form a binomial tree rooted at group 0: group g
+        receives from g + 2^k for every k with g % 2^(k+1) == 0 (ascending k), then sends to
+        g - lowbit(g)."""
+        trees: dict[tuple[int, int, int, int], dict[int, ComputeNode]] = {}
         for n in self.nodes:
             if n.kind == NodeKind.MVM and self.layers[n.layer].row_groups > 1:
-                trees.setdefault((n.layer, n.replica, n.c0), {})[n.row_group] = n
+                trees.setdefault((n.layer, n.replica, n.c0, n.p0), {})[n.row_group] = n
         out = {}
         for tree in trees.values():
             size = len(tree)
@@ -273,16 +279,18 @@ class SpatialGraph:
                 )
         if self.core_count:
             # a core runs its nodes one after another, so two nodes of one layer's reduction trees
-            # on one core could wait on each other's rendezvous: at most one per core and layer
-            seen: set[tuple[int, int]] = set()
+            # on one core could wait on each other's rendezvous: at most one tree position per
+            # core and layer (the pixel chunks of one replica and row group run on the same cores
+            # in the same order, so they may share one)
+            seen: dict[tuple[int, int], tuple[int, int, int]] = {}
             for n in self.nodes:
                 if n.kind == NodeKind.MVM and self.layers[n.layer].row_groups > 1:
-                    if (n.core, n.layer) in seen:
+                    pos = (n.replica, n.c0, n.row_group)
+                    if seen.setdefault((n.core, n.layer), pos) != pos:
                         raise IRVerifyError(
                             f"core {n.core} holds two row-group reduction nodes of layer "
                             f"{self.layers[n.layer].name}"
                         )
-                    seen.add((n.core, n.layer))
         # every output pixel x column of each layer is produced exactly once per row group
         for layer in self.layers:
             mine = [n for n in self.nodes if n.layer == layer.index and n.kind != NodeKind.REDUCE]
@@ -314,7 +322,7 @@ class SpatialGraph:
             )
         for n in self.nodes:
             lines.append(
-                f"  node {n.id} L{n.layer} {n.kind.name.lower()} r{n.replica} px[{n.p0},{n.p1}) "
+                f"  node {n.id} L{n.layer} {n.kind.name.lower()} r{n.replica}.{n.chunk} px[{n.p0},{n.p1}) "
                 f"cols[{n.c0},{n.c1}) rows[{n.r0},{n.r1}) xb={n.crossbars} core={n.core}"
             )
         return "\n".join(lines)

@@ -14,7 +14,7 @@ import numpy as np
 
 from raptor.arch import Arch
 from raptor.errors import PassFailedError
-from raptor.spatial.ir import ComputeNode
+from raptor.spatial.ir import ComputeNode, NodeKind
 
 
 def _no_room(arch: Arch, node: ComputeNode, used: np.ndarray) -> PassFailedError:
@@ -36,15 +36,33 @@ def pack_balanced(
     `span` (pipelined throughput): a core only takes nodes whose layers lie within `span` layers
     of each other while some core with room allows it. A core restarts the next input only after
     its last node of this one, so a core holding conv1 and fc would tie the pipeline period to
-    the whole latency."""
+    the whole latency.
+
+    The later pixel chunks of a replica (`ComputeNode.chunk` > 0) share chunk 0's array groups:
+    they go where chunk 0 goes, and chunk 0 is placed with the time of all of them."""
     cores, cap = arch.core_count, arch.crossbars_per_core
+    owner: dict[tuple[int, int, int, int], int] = {}
+    for k, n in enumerate(nodes):
+        if n.kind == NodeKind.MVM and n.chunk == 0:
+            owner[(n.layer, n.replica, n.c0, n.row_group)] = k
+    followers: dict[int, list[int]] = {}
+    times = times.copy()
+    for k, n in enumerate(nodes):
+        if n.kind == NodeKind.MVM and n.chunk > 0:
+            o = owner[(n.layer, n.replica, n.c0, n.row_group)]
+            followers.setdefault(o, []).append(k)
+            times[o] += times[k]
     load = np.zeros(cores)
     used = np.zeros(cores, dtype=np.int64)
     placed: list[ComputeNode | None] = [None] * len(nodes)
     chain = _chain_layers(nodes)
     holds: dict[int, np.ndarray] = {i: np.zeros(cores, bool) for i in chain}
     # big crossbar users first (bin-packing feasibility), then by time (load balance)
-    order = np.lexsort((-times, -np.array([n.crossbars for n in nodes])))
+    order = [
+        k
+        for k in np.lexsort((-times, -np.array([n.crossbars for n in nodes])))
+        if nodes[k].kind != NodeKind.MVM or nodes[k].chunk == 0
+    ]
     lo = np.full(cores, np.inf)
     hi = np.full(cores, -np.inf)
     for k in order:
@@ -66,6 +84,8 @@ def pack_balanced(
         load[c] += times[k]
         used[c] += n.crossbars
         placed[k] = replace(n, core=c)
+        for f in followers.get(k, ()):
+            placed[f] = replace(nodes[f], core=c)
     return placed, load  # type: ignore[return-value]
 
 

@@ -481,6 +481,9 @@ def _layout(sg: SpatialGraph, plan: NocPlan) -> tuple[set[Unit], set[int]]:
                 over_res.add(big_r.id)
             elif big is not None:
                 over.add(unit_of(big))
+            else:  # only output rows: the consumers of the largest sender go back to host
+                big_s = max(send, key=lambda n: outs[n.id][1])
+                over.update(unit_of(m) for m, _ in plan.targets[big_s.id])
             continue
         top = plan.local_bytes
         for n in nodes:

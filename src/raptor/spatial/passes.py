@@ -52,7 +52,8 @@ def spatial_passes(opts: CompileOptions) -> list[SpatialPass]:
     else:
         share = PIPELINE_SPAN_SHARE if opts.pipeline > 1 else None
         noc = not opts.disable_noc_dataflow
-        passes.append(SpatialPlanningPass(latency=True, noc=noc, span_share=share))
+        chunks = noc and not opts.disable_pixel_chunks
+        passes.append(SpatialPlanningPass(latency=True, noc=noc, span_share=share, chunks=chunks))
     if not opts.disable_noc_dataflow:
         passes.append(NocDataflowPass())
     return passes

@@ -71,17 +71,32 @@ def split_range(n: int, parts: int) -> list[tuple[int, int]]:
 
 
 def make_nodes(
-    sg: SpatialGraph, arch: Arch, replicas: dict[int, int], splits: dict[int, int]
+    sg: SpatialGraph,
+    arch: Arch,
+    replicas: dict[int, int],
+    splits: dict[int, int],
+    chunks: dict[int, int] | None = None,
 ) -> list[ComputeNode]:
-    """Nodes of every layer: GEMM layers get `replicas[i]` copies of their slices over even pixel
-    ranges (all row groups of a replica share its range); vector layers are split into
-    `splits[i]` pixel ranges."""
+    """Nodes of every layer: GEMM layers get `replicas[i]` copies of their slices; vector layers
+    are split into `splits[i]` pixel ranges.
+
+    A GEMM layer's pixels are cut into replicas x `chunks[i]` near-equal ranges dealt round-robin:
+    range j goes to replica j mod R as its chunk j div R (all row groups of a replica share its
+    ranges). With one chunk a replica owns one contiguous range; with several, every replica
+    works near the top of the image at first and all of them move down together, so a consumer
+    layer gets its first rows early instead of after the replica that holds them finished its
+    whole range. Chunk 0 carries the replica's crossbars; the other chunks run on its core on the
+    same array groups."""
+    chunks = chunks or {}
     nodes: list[ComputeNode] = []
     for layer in sg.layers:
         i = layer.index
         if layer.kind == LayerKind.GEMM:
             _, slices = gemm_slices(arch, layer.rows, layer.cols)
-            for rep, (p0, p1) in enumerate(split_range(layer.out_pixels, replicas.get(i, 1))):
+            reps = max(1, min(replicas.get(i, 1), layer.out_pixels))
+            ranges = split_range(layer.out_pixels, reps * chunks.get(i, 1))
+            for j, (p0, p1) in enumerate(ranges):
+                rep, chunk = j % reps, j // reps
                 for s in slices:
                     nodes.append(
                         ComputeNode(
@@ -96,7 +111,8 @@ def make_nodes(
                             s.r1,
                             s.row_group,
                             rep,
-                            s.crossbars,
+                            s.crossbars if chunk == 0 else 0,
+                            chunk=chunk,
                         )
                     )
         else:
