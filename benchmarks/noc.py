@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """NoC dataflow before/after: each model compiled by Raptor with every activation through host
-memory (`--pim-disable-noc-dataflow`, the dataflow before the NoC pass) and with the NoC dataflow,
-simulated at full size, with the mean per-core breakdown of the latency (matrix busy, vector,
+memory (`--pim-disable-noc-dataflow`, the dataflow before the NoC pass), with the NoC dataflow and
+one contiguous pixel range per replica (`--pim-disable-pixel-chunks`) and with the default NoC
+dataflow (interleaved pixel chunks where they plan shorter), simulated at full size, with the mean per-core breakdown of the latency (matrix busy, vector,
 transfer, sync stall, recv stall, memory stall), host and NoC bytes per inference, and the
 machine bounds. Writes CSV + PNG.
 
@@ -28,6 +29,11 @@ from raptor.suite.runner import write_csv
 ROOT = Path(__file__).resolve().parents[1]
 SHARES = ("matrix_busy_ns", "vector_busy_ns", "transfer_busy_ns")
 STALLS = ("stall_sync_ns", "stall_recv_ns", "stall_memory_ns")
+FLOWS = {
+    "host": {"disable_noc_dataflow": True},
+    "noc-contiguous": {"disable_pixel_chunks": True},
+    "noc": {},
+}
 
 
 def measure(model, arch, opts: CompileOptions, seed: int = 0) -> dict[str, str]:
@@ -75,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         model = build_model(name)
         for a in args.archs:
             arch = load_arch(a)
-            for dataflow, off in (("host", True), ("noc", False)):
-                opts = CompileOptions(mode=args.mode, pipeline=pipe, disable_noc_dataflow=off)
+            for dataflow, flags in FLOWS.items():
+                opts = CompileOptions(mode=args.mode, pipeline=pipe, **flags)
                 row = {"model": name, "arch": a, "mode": args.mode, "dataflow": dataflow}
                 row.update(measure(model, arch, opts))
                 rows.append(row)
@@ -102,31 +108,33 @@ def _chart(rows: list[dict[str, str]], path: Path) -> None:
     cases = sorted({(r["model"], r["arch"]) for r in rows}, key=lambda c: (c[1], c[0]))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     x = np.arange(len(cases))
-    for i, flow in enumerate(("host", "noc")):
+    w = 0.8 / len(FLOWS)
+    for i, flow in enumerate(FLOWS):
         sel = {(r["model"], r["arch"]): r for r in rows if r["dataflow"] == flow}
         lat = [float(sel[c]["latency_ms"]) for c in cases]
-        ax1.bar(x + (i - 0.5) * 0.4, lat, 0.4, label=f"{flow} dataflow")
+        at = x + (i - (len(FLOWS) - 1) / 2) * w
+        ax1.bar(at, lat, w, label=f"{flow} dataflow")
         bottom = np.zeros(len(cases))
         for k, color in zip(("matrix_busy", "stall_sync", "stall_recv", "stall_memory"), "gbrm"):
             v = np.array([float(sel[c][k]) for c in cases])
             ax2.bar(
-                x + (i - 0.5) * 0.4,
+                at,
                 v,
-                0.4,
+                w,
                 bottom=bottom,
                 color=color,
-                alpha=0.5 if flow == "host" else 0.9,
-                label=f"{k} ({flow})",
+                alpha=(0.4, 0.65, 0.9)[i],
+                label=f"{k} ({flow})" if i == len(FLOWS) - 1 else None,
             )
             bottom += v
     labels = [f"{m}\n{a}" for m, a in cases]
     ax1.set_xticks(x, labels)
     ax1.set_ylabel("latency (ms)")
-    ax1.set_title("Raptor latency: host-memory vs NoC dataflow")
+    ax1.set_title("Raptor latency: host memory, NoC contiguous, NoC chunked")
     ax1.legend()
     ax2.set_xticks(x, labels)
     ax2.set_ylabel("% of latency (mean over used cores)")
-    ax2.set_title("per-core breakdown (left bar host, right bar NoC)")
+    ax2.set_title("per-core breakdown (bars: host, NoC contiguous, NoC chunked)")
     ax2.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.15))
     save_figure(fig, path)
 
