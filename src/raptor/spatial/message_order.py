@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from raptor.arch import Arch
 from raptor.spatial.geometry import lines_geometry
 from raptor.spatial.ir import ComputeNode, NodeKind, SpatialGraph
-from raptor.spatial.noc import NocPlan, Source, Unit, unit_of
+from raptor.spatial.noc import NocPlan, Source, Unit, row_spans, unit_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +45,9 @@ SEGMENTS_PER_ROW = 4
 def row_steps(a: int, b: int, ow: int, cuts: list[int]) -> list[tuple[int, int, int]]:
     """(output row, first pixel, end pixel) of pixels [a, b) cut at whole rows and at `cuts`."""
     out = []
-    for oy in range(a // ow, (b - 1) // ow + 1):
-        lo, hi = max(a, oy * ow), min(b, (oy + 1) * ow)
-        edges = sorted({lo, hi, *(oy * ow + x for x in cuts if lo < oy * ow + x < hi)})
-        out += [(oy, e0, e1) for e0, e1 in zip(edges, edges[1:])]
+    for oy, (x0, x1) in row_spans(a, b, ow).items():
+        edges = sorted({x0, x1, *(x for x in cuts if x0 < x < x1)})
+        out += [(oy, oy * ow + e0, oy * ow + e1) for e0, e1 in zip(edges, edges[1:])]
     return out
 
 
