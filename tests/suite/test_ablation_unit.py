@@ -173,3 +173,82 @@ def test_every_script_option_states_its_default():
         and "default" not in (a.help or "")
     ]
     assert missing == []
+
+
+def test_chart_marks_a_change_too_small_for_its_bar(monkeypatch, tmp_path):
+    """A variant equal to the baseline (+0.00 %) or far below the panel's scale gets a diamond
+    at its value; a visible bar gets none."""
+    import raptor.suite.charts as charts
+
+    figs = []
+    monkeypatch.setattr(charts, "save_figure", lambda fig, path: figs.append(fig))
+
+    def row(variant, lat, status="PASS"):
+        return {
+            "variant": variant,
+            "model": "vgg8",
+            "arch": "arch-a",
+            "mode": "latency",
+            "pipeline": "1",
+            "functional_validation": status,
+            "latency": lat,
+            "throughput": "+0.00%",
+            "power": "",
+            "energy": "-40.00%",
+        }
+
+    rows = [
+        row("baseline", "+0.00%"),
+        row("no-sync", "+0.00%"),
+        row("no-plan", "+900.00%"),
+        row("no-sync-no-plan", "+5.00%", "FAIL"),  # under 1 % of 900: no visible bar
+    ]
+    charts.ablation_chart(rows, tmp_path / "a.png")
+    (fig,) = figs
+    lat, tput, power, energy = fig.axes[:4]
+
+    def diamonds(ax):
+        return sorted(
+            (round(float(ln.get_xdata()[0]), 4), float(ln.get_ydata()[0]))
+            for ln in ax.get_lines()
+            if ln.get_marker() == "D"
+        )
+
+    # three variants in 0.8 of a case: bars at -0.2667, 0, +0.2667
+    assert diamonds(lat) == [(-0.2667, 0.0), (0.2667, 5.0)]
+    assert diamonds(tput) == [(-0.2667, 0.0), (0.0, 0.0), (0.2667, 0.0)]
+    assert diamonds(power) == []  # no numbers
+    assert diamonds(energy) == []  # -40 % everywhere: visible bars
+    # the failed program's diamond is half white, and the legend says so
+    fills = {
+        round(float(ln.get_xdata()[0]), 4): ln.get_fillstyle()
+        for ln in lat.get_lines()
+        if ln.get_marker() == "D"
+    }
+    assert fills == {-0.2667: "full", 0.2667: "bottom"}
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "about 0 % (bar too short to see; half white: FAIL)" in labels
+
+
+def test_chart_keeps_a_status_mark_without_bar_inside_the_panel(monkeypatch, tmp_path):
+    """An ERROR (no numbers) in the last variant slot of the last case is drawn inside the axes,
+    at mid-height, even on a panel whose values are all negative."""
+    import raptor.suite.charts as charts
+
+    figs = []
+    monkeypatch.setattr(charts, "save_figure", lambda fig, path: figs.append(fig))
+    base = {"model": "vgg8", "arch": "arch-a", "mode": "latency", "pipeline": "1"}
+    nums = {"latency": "+10.00%", "throughput": "-9.00%", "power": "-5.00%", "energy": "+3.00%"}
+    empty = dict.fromkeys(nums, "")
+    rows = [
+        {**base, "variant": "baseline", "functional_validation": "PASS", **nums},
+        {**base, "variant": "no-sync", "functional_validation": "PASS", **nums},
+        {**base, "variant": "no-plan", "functional_validation": "ERROR", **empty},
+    ]
+    charts.ablation_chart(rows, tmp_path / "a.png")
+    (fig,) = figs
+    for ax in fig.axes[:4]:
+        (mark,) = [t for t in ax.texts if t.get_text() == "ERROR"]
+        x, y = mark.xy
+        lo, hi = ax.get_xlim()
+        assert lo < x < hi and x == 0.2 and y == 0.5  # two variants in 0.8: slots at -0.2, +0.2

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from raptor.arch import Arch
 from raptor.spatial.geometry import lines_geometry
-from raptor.spatial.ir import ComputeNode, NodeKind, SpatialGraph
-from raptor.spatial.noc import NocPlan, Source, Unit, unit_of
+from raptor.spatial.ir import ComputeNode, NodeKind, SpatialGraph, TokenKind
+from raptor.spatial.noc import NocPlan, Source, Unit, row_spans, unit_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +45,9 @@ SEGMENTS_PER_ROW = 4
 def row_steps(a: int, b: int, ow: int, cuts: list[int]) -> list[tuple[int, int, int]]:
     """(output row, first pixel, end pixel) of pixels [a, b) cut at whole rows and at `cuts`."""
     out = []
-    for oy in range(a // ow, (b - 1) // ow + 1):
-        lo, hi = max(a, oy * ow), min(b, (oy + 1) * ow)
-        edges = sorted({lo, hi, *(oy * ow + x for x in cuts if lo < oy * ow + x < hi)})
-        out += [(oy, e0, e1) for e0, e1 in zip(edges, edges[1:])]
+    for oy, (x0, x1) in row_spans(a, b, ow).items():
+        edges = sorted({x0, x1, *(x for x in cuts if x0 < x < x1)})
+        out += [(oy, oy * ow + e0, oy * ow + e1) for e0, e1 in zip(edges, edges[1:])]
     return out
 
 
@@ -66,6 +65,11 @@ def node_steps(sg: SpatialGraph, n: ComputeNode) -> list[Step]:
         for i, (a, b) in enumerate(bands)
         for oy, pa, pb in row_steps(a, b, ow, cuts)
     ]
+
+
+def _step_mask(s: Step, w: int) -> int:
+    """Bit mask of the columns of row segment s in its output row, w pixels wide."""
+    return (1 << (s.pb - s.oy * w)) - (1 << (s.pa - s.oy * w))
 
 
 def step_need(sg: SpatialGraph, n: ComputeNode, s: Step) -> list[tuple[int, int]]:
@@ -206,8 +210,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         else:
             window = [[(0, r, mask) for r, mask in step_need(sg, n, s)] for s in steps[n.id]]
         need[n.id] = [
-            (window[j] if 0 in ks else [])
-            + ([(1, s.oy, (1 << (s.pb - s.oy * w)) - (1 << (s.pa - s.oy * w)))] if 1 in ks else [])
+            (window[j] if 0 in ks else []) + ([(1, s.oy, _step_mask(s, w))] if 1 in ks else [])
             for j, s in enumerate(steps[n.id])
         ]
         seen: dict[tuple[int, int], int] = {}  # (input, slot) -> last row loaded there
@@ -239,7 +242,8 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     t = dict.fromkeys(cores, 0.0)  # when the core is free
     ver = dict.fromkeys(cores, 0)
     done = dict.fromkeys(cores, False)
-    pending: dict[int, dict[int, tuple]] = {c: {} for c in cores}  # message id -> message
+    # message id -> (producer, fed node, producer row, x0, x1, source index, source)
+    pending: dict[int, dict[int, tuple]] = {c: {} for c in cores}
     to: dict[int, dict[int, dict[int, tuple]]] = {c: {} for c in cores}  # pending by destination
     rows_out: dict[int, dict[int, int]] = {}  # producer node -> pending messages per output row
     inbound: dict[int, set[int]] = {c: set() for c in cores}  # producer cores holding rows for c
@@ -254,7 +258,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     def waits_ok(c: int, toks) -> bool:
         counts: dict[int, int] = {}
         for tk in toks:
-            if tk.kind == "wait":
+            if tk.kind == TokenKind.WAIT:
                 counts[tk.event] = counts.get(tk.event, 0) + tk.value
         return all(ev[c].get(e, 0) >= v for e, v in counts.items())
 
@@ -306,20 +310,16 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             have[n.id, r, si] & m == m for x, r, m in need[n.id][j] for si in srcs_of[n.layer, x]
         )
 
-    def slot_free(m: ComputeNode, x: int, r: int) -> bool:
-        """The persistent slot of row r of input x of node m holds no row m still reads."""
+    def slot_free(m: ComputeNode, src: Source, r: int) -> bool:
+        """The persistent slot that producer row r of `src` goes to in node m holds no row m
+        still reads."""
+        x, r = src.input, plan.consumer_row(src, r)[0]
         d = m.core
         at = pos[m.id]
         if at < ni[d]:
             return False
         p = prev_in_slot[m.id, x, r]
         return p < 0 or (at == ni[d] and last_use[m.id, x, p] < k[d])
-
-    def inp(m: ComputeNode, si: int) -> int:
-        return plan.sources[m.layer][si].input
-
-    def crow(m: ComputeNode, si: int, r: int) -> int:
-        return plan.consumer_row(plan.sources[m.layer][si], r)[0]
 
     def key(c: int) -> tuple[int, int]:
         """The message slot core c is in: after step k of its current node, or the end of its
@@ -344,15 +344,15 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         # runs first and moves both cores on (staling the rest): push only that one
         soon = INF
         paired: set[int] = set()
-        for mid, (_, m, r, _, _, si) in pending[c].items():
-            if m.core not in paired and slot_free(m, inp(m, si), crow(m, si, r)):
+        for mid, (_, m, r, _, _, _, src) in pending[c].items():
+            if m.core not in paired and slot_free(m, src, r):
                 paired.add(m.core)
                 when = max(t[c], t[m.core], now)
                 soon = min(soon, when)
                 push(when, "xchg", (c, m.core), mid)
         for p in inbound[c]:
-            for mid, (_, m, r, _, _, si) in to[p].get(c, {}).items():
-                if slot_free(m, inp(m, si), crow(m, si, r)):
+            for mid, (_, m, r, _, _, _, src) in to[p].get(c, {}).items():
+                if slot_free(m, src, r):
                     when = max(t[p], t[c], now)
                     soon = min(soon, when)
                     push(when, "xchg", (p, c), mid)
@@ -381,7 +381,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         n = current(c)
         if n is None:
             for tk in sg.tokens_end.get(c, []):
-                if tk.kind == "wait":
+                if tk.kind == TokenKind.WAIT:
                     ev[c][tk.event] -= tk.value
             done[c] = True
             return
@@ -392,27 +392,28 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             woke.update(inbound[c])
             return
         for tk in before(n, j):
-            if tk.kind == "wait":
+            if tk.kind == TokenKind.WAIT:
                 ev[c][tk.event] -= tk.value
         s = steps[n.id][j]
         t[c] = when + (s.pb - s.pa) * lane[n.id]
         span = plan.timeline.setdefault(n.layer, [when, 0.0])
         span[0], span[1] = min(span[0], when), max(span[1], t[c])
         for tk in after(n, j):
-            if tk.kind == "sync":
+            if tk.kind == TokenKind.SYNC:
                 reg = ev[tk.value]
                 reg[tk.event] = reg.get(tk.event, 0) + 1
                 woke.add(tk.value)
         k[c] = j + 1
         if plan.targets.get(n.id):
-            w = plan.width[n.layer]
-            seg = (1 << (s.pb - s.oy * w)) - (1 << (s.pa - s.oy * w))
+            seg = _step_mask(s, plan.width[n.layer])
             for m, si in plan.targets[n.id]:
-                cr, shift = plan.consumer_row(plan.sources[m.layer][si], s.oy)
-                for a, b in _runs((seg << shift) & want.get((m.id, inp(m, si), cr), 0)):
+                src = plan.sources[m.layer][si]
+                cr, shift = plan.consumer_row(src, s.oy)
+                for a, b in _runs((seg << shift) & want.get((m.id, src.input, cr), 0)):
                     a, b = a - shift, b - shift
                     mid = next(ids)
-                    pending[c][mid] = to[c].setdefault(m.core, {})[mid] = (n, m, s.oy, a, b, si)
+                    msg = (n, m, s.oy, a, b, si, src)
+                    pending[c][mid] = to[c].setdefault(m.core, {})[mid] = msg
                     per_row = rows_out.setdefault(n.id, {})
                     per_row[s.oy] = per_row.get(s.oy, 0) + 1
                     inbound[m.core].add(c)
@@ -421,7 +422,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     ids = itertools.count()  # message ids
     for c in cores:
         for tk in sg.tokens_start.get(c, []):
-            if tk.kind == "sync":
+            if tk.kind == TokenKind.SYNC:
                 reg = ev[tk.value]
                 reg[tk.event] = reg.get(tk.event, 0) + 1
     for c in cores:
@@ -440,16 +441,16 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             p, d = cs
             if mid not in pending[p]:
                 continue
-            n, m, r, x0, x1, si = pending[p].pop(mid)
+            n, m, r, x0, x1, si, src = pending[p].pop(mid)
             del to[p][d][mid]
             per_row = rows_out[n.id]
             per_row[r] -= 1
             if not per_row[r]:
                 del per_row[r]
-            sends, recvs = _message(sg, plan, n, m, plan.sources[m.layer][si], r, x0, x1)
+            sends, recvs = _message(sg, plan, n, m, src, r, x0, x1)
             comm.setdefault(key(p), []).extend(Comm(True, d, a, z) for a, z in sends)
             comm.setdefault(key(d), []).extend(Comm(False, p, a, z) for a, z in recvs)
-            cr, shift = plan.consumer_row(plan.sources[m.layer][si], r)
+            cr, shift = plan.consumer_row(src, r)
             have[m.id, cr, si] |= (1 << (x1 + shift)) - (1 << (x0 + shift))
             size = sum(z for _, z in sends)
             t[p] = t[d] = when + (flits(arch, size) + len(sends) - 1) * link_latency_ns(arch, p, d)

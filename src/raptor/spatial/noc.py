@@ -70,6 +70,15 @@ def pool_lines_ok(layer: Layer) -> bool:
     )
 
 
+def row_spans(a: int, b: int, w: int) -> dict[int, tuple[int, int]]:
+    """Row -> columns [x0, x1) of that row which pixels [a, b) of a row-major map w pixels wide
+    cover, in row order."""
+    return {
+        y: (max(a, y * w) - y * w, min(b, (y + 1) * w) - y * w)
+        for y in range(a // w, (b - 1) // w + 1)
+    }
+
+
 def input_rows(sg: SpatialGraph, n: ComputeNode) -> tuple[list[int], int, int]:
     """(input rows in first-use order, input columns [x0, x1)) a line-buffer node loads."""
     ly = sg.layers[n.layer]
@@ -146,15 +155,13 @@ class NocPlan:
             return m.r0 // c, (m.r1 - 1) // c + 1
         if k == 0:
             return self.rows[m.id][1], self.rows[m.id][2]
-        w = self.width_out[m.layer]
-        return max(m.p0, iy * w) - iy * w, min(m.p1, (iy + 1) * w) - iy * w
+        return row_spans(m.p0, m.p1, self.width_out[m.layer])[iy]
 
     def input_rows(self, m: ComputeNode, k: int) -> list[int]:
         """Rows of input k that node m reads, in first-use order."""
         if k == 0:
             return self.rows[m.id][0]
-        w = self.width_out[m.layer]
-        return list(range(m.p0 // w, (m.p1 - 1) // w + 1))
+        return list(row_spans(m.p0, m.p1, self.width_out[m.layer]))
 
     def pieces(self, m: ComputeNode, iy: int, k: int = 0) -> list[tuple[int, int, int, int]]:
         """(producer core, x0, x1, source) segments of row iy of input k that node m receives."""

@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from raptor.figures import save_figure  # noqa: E402
@@ -94,7 +95,10 @@ def ablation_chart(rows: list[dict[str, str]], path: Path) -> None:
     """Signed % change from baseline per case and variant, one panel per metric.
 
     Hatched bars are variants whose program failed validation (their numbers describe an
-    incorrect program); cases with no number (ERROR) are marked with their status.
+    incorrect program); cases with no number (ERROR) are marked with their status. A change too
+    small for its bar to show (0.00 %, or under 1 % of the panel's largest change) gets a diamond
+    at its value (half white when the program failed validation), so a variant equal to the
+    baseline is seen, not only listed in the legend.
     """
     variants = [v for v in dict.fromkeys(r["variant"] for r in rows) if v != "baseline"]
     cases = list(dict.fromkeys(case_label(r) for r in rows))
@@ -112,7 +116,10 @@ def ablation_chart(rows: list[dict[str, str]], path: Path) -> None:
         sharex=True,
     )
     handles = {}
+    diamonds: set[bool] = set()  # the validation failed flag of each change drawn so
     for ax, metric in zip(axes[:, 0], metrics):
+        values = [float(r[metric].rstrip("%")) for r in rows if r.get(metric)]
+        tiny = 0.01 * max((abs(x) for x in values), default=0.0)
         for k, v in enumerate(variants):
             for i, c in enumerate(cases):
                 row = next((r for r in rows if r["variant"] == v and case_label(r) == c), None)
@@ -120,38 +127,72 @@ def ablation_chart(rows: list[dict[str, str]], path: Path) -> None:
                     continue
                 x = i + (k - (len(variants) - 1) / 2) * width
                 if not row.get(metric):
-                    ax.annotate(
+                    ax.annotate(  # mid-height: inside the panel whatever the sign of its range
                         row["functional_validation"],
-                        (x, 0),
+                        (x, 0.5),
+                        xycoords=("data", "axes fraction"),
                         ha="center",
-                        va="bottom",
+                        va="center",
                         fontsize=7,
                         rotation=90,
                         color="red",
                     )
                     continue
                 failed = row["functional_validation"] != "PASS"
+                value = float(row[metric].rstrip("%"))
+                color = colors.get(v, f"C{k}")
                 ax.bar(
                     [x],
-                    [float(row[metric].rstrip("%"))],
+                    [value],
                     width=width,
-                    color=colors.get(v, f"C{k}"),
+                    color=color,
                     hatch="//" if failed else None,
                     edgecolor="black" if failed else None,
                 )
-                handles.setdefault(v, Patch(color=colors.get(v, f"C{k}"), label=v))
+                if abs(value) <= tiny:
+                    diamonds.add(failed)
+                    ax.plot(
+                        [x],
+                        [value],
+                        marker="D",
+                        markersize=6,
+                        color=color,
+                        markeredgecolor="black",
+                        markeredgewidth=0.6,
+                        fillstyle="bottom" if failed else "full",
+                        markerfacecoloralt="white",
+                        linestyle="none",
+                        zorder=3,
+                        clip_on=False,  # a zero on the panel's edge shows whole
+                    )
+                handles.setdefault(v, Patch(color=color, label=v))
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_ylabel(f"{metric} %", fontsize=9)
         ax.grid(axis="y", alpha=0.3)
     axes[-1, 0].set_xticks(range(len(cases)))
     axes[-1, 0].set_xticklabels(cases, rotation=30, ha="right", fontsize=8)
+    # every case's full slot: a status mark with no bar beside it is still inside the axes
+    axes[-1, 0].set_xlim(-0.5, len(cases) - 0.5)
     handles["FAIL"] = Patch(
         facecolor="white", edgecolor="black", hatch="//", label="validation FAIL"
     )
+    if diamonds:
+        handles["small"] = Line2D(
+            [],
+            [],
+            marker="D",
+            markersize=6,
+            color="gray",
+            markeredgecolor="black",
+            markeredgewidth=0.6,
+            linestyle="none",
+            label="about 0 % (bar too short to see"
+            + ("; half white: FAIL)" if True in diamonds else ")"),
+        )
     fig.legend(
         handles=list(handles.values()),
         loc="upper center",
-        ncol=len(handles),
+        ncol=min(len(handles), 3),
         fontsize=9,
         bbox_to_anchor=(0.5, 0.965),
     )
