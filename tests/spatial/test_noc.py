@@ -125,3 +125,24 @@ def test_pixel_chunks_cut_latency_with_the_same_crossbars():
     assert res.report["crossbars_used"] == res_c.report["crossbars_used"]
     assert check_programs(res.program.cores).ok
     assert rep.latency_ns < 0.8 * rep_c.latency_ns
+
+
+def test_compile_flag_keeps_contiguous_ranges(tmp_path):
+    """`raptor compile --pim-disable-pixel-chunks` plans one contiguous range per replica and
+    tries no second plan; without it the report carries both plans' estimates."""
+    import json
+
+    import onnx
+
+    from raptor.cli import main
+
+    path = tmp_path / "vgg8.onnx"
+    onnx.save(build_model("vgg8", input_size=16), path)
+    reports = {}
+    for flag in ([], ["--pim-disable-pixel-chunks"]):
+        out = tmp_path / ("off" if flag else "on")
+        assert main(["compile", str(path), "--arch", "arch-a", "--out", str(out), *flag]) == 0
+        reports[bool(flag)] = json.loads((out / "compile_report.json").read_text())
+    assert reports[True]["options"]["disable_pixel_chunks"] is True
+    assert reports[True]["pixel_chunks"] == {} and reports[True]["plan_estimates_ns"] == {}
+    assert set(reports[False]["plan_estimates_ns"]) == {"contiguous", "chunked"}
