@@ -143,7 +143,8 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer):
 
     With pixel chunks on (spatial/planning.py), the planning and NoC passes run twice, with
     contiguous ranges per replica and with chunks, and the compiler keeps the plan whose message
-    order (an execution on estimated times) ends first; chunks must be strictly better."""
+    order (an execution on estimated times) ends first; chunks must be strictly better. A plan in
+    which no layer gets more than one chunk is the contiguous plan, which then runs alone."""
     from raptor.spatial.message_order import OrderStuck, order_messages
     from raptor.spatial.passes import round_passes, spatial_passes
     from raptor.spatial.planning import SpatialPlanningPass
@@ -159,10 +160,12 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer):
     for p in passes[:at]:
         sg = timed(p.name, p.apply, arch, sg)
     best = None
-    for chunks in (False, True):
+    for chunks in (True, False):
         planned = sg
         for p in [replace(passes[at], chunks=chunks), *passes[at + 1 :]]:
             planned = timed(p.name, p.apply, arch, planned)
+        if chunks and not any(n.chunk for n in planned.nodes):
+            continue  # no layer to interleave: the same plan as contiguous ranges
         first = planned
         for p in round_passes(opts):
             first = timed(p.name, p.apply, arch, first)
@@ -172,7 +175,7 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer):
         except OrderStuck:
             first.noc.comm, est = None, math.inf
         sg.notes.plan_estimates_ns["chunked" if chunks else "contiguous"] = est
-        if best is None or est < best[0]:
+        if best is None or est <= best[0]:  # chunks must be strictly better
             best = (est, planned, first if first.noc.comm is not None else None)
     return best[1], best[2]
 
