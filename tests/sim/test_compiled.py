@@ -40,6 +40,8 @@ def assert_same(a, b):
     for f in FIELDS:
         assert getattr(a, f) == getattr(b, f), f
     assert a.energy.to_dict() == b.energy.to_dict()
+    ta, tb = a.energy_timeline, b.energy_timeline
+    assert (ta.width_ns, ta.static_mw, ta.bins) == (tb.width_ns, tb.static_mw, tb.bins)
     assert [c.to_dict() for c in a.per_core] == [c.to_dict() for c in b.per_core]
     assert len(a.outputs) == len(b.outputs)
     for oa, ob in zip(a.outputs, b.outputs):

@@ -196,6 +196,7 @@ def simulate(
         target=target.to_dict(),
         target_override=target.override_lines(),
         trace=recorder,
+        energy_timeline=eng.timeline,
     )
     if tensors:
         report.tensors = read_tensors(host.data, host.written, meta.get("tensors", []), eb)

@@ -17,7 +17,14 @@ from raptor.isa.pimdir import PimProgram
 from raptor.sim import kernel_state as K
 from raptor.sim import vector as vec
 from raptor.sim.checks import FIELDS_MESSAGE, bad_register_rows, describe, opcode_mask
-from raptor.sim.energy import EnergyCounter, with_static
+from raptor.sim.energy import (
+    TIMELINE_BINS,
+    TIMELINE_WIDTH0_NS,
+    EnergyCounter,
+    EnergyTimeline,
+    static_power_mw,
+    with_static,
+)
 from raptor.sim.kernel import run as kernel_run
 from raptor.sim.matrix import MatrixUnit
 from raptor.sim.memory import HostMemory, MemoryTiming
@@ -245,14 +252,17 @@ class CompiledEngine:
         ins[:, 7], ins[:, 8] = key, link
         wmeta = np.stack([wofs, wrows, wcols], 1)
         net = np.array([llat, le, lch, lech], np.float64).T.copy()
+        gf = np.zeros(K.N_GF, np.float64)
+        gf[K.G_EW] = TIMELINE_WIDTH0_NS
         heap_t = np.zeros(cap)
         heap_i = np.zeros((cap, 4), np.int64)
         self.st = (
             ins, akey, ci, cf, np.zeros((nc, 32), np.int64), np.zeros((nc, 32), np.int64),
             np.zeros((nc, self.rounds), np.float64), self.local, gw_a, wflat, wmeta, ctab, net,
-            np.zeros(max(nc, 1), np.float64), np.zeros(K.N_GF, np.float64), gi, heap_t, heap_i,
+            np.zeros(max(nc, 1), np.float64), gf, gi, heap_t, heap_i,
             q, np.full(nc, -1, np.int64), np.full(nc, -1, np.int64),
             (host.data, hw, self.inreg, inbuf, self.outreg, self.outbuf), scratch,
+            np.zeros(TIMELINE_BINS, np.float64),
         )  # fmt: skip
         self.prm = (
             float(arch.core.period),
@@ -394,6 +404,9 @@ class CompiledEngine:
             requests=int(gi[K.I_GREQ]),
         )
         self.noc_bytes = int(gi[K.I_NOCB])
+        self.timeline = EnergyTimeline(static_power_mw(self.arch, self.prog.core_cnt))
+        self.timeline.bins = st[K.S_EH].tolist()
+        self.timeline.width_ns = float(gf[K.G_EW])
 
     def energy_total(self, run_time_ns: float) -> EnergyCounter:
         return with_static(
