@@ -3,6 +3,7 @@ energy and power. `simulate` runs a PimProgram; `simulate_dir` a pim/ directory.
 
 from __future__ import annotations
 
+import gc
 import time
 import zipfile
 from pathlib import Path
@@ -151,13 +152,19 @@ def simulate(
     compiled_ok = not trace and arch.core.rob_size == 1
     if engine == "compiled" and not compiled_ok:
         raise SimulationError("the compiled engine covers untraced runs with rob_size 1")
-    if engine != "python" and compiled_ok:
-        from raptor.sim.compiled import CompiledEngine
+    gc_on = gc.isenabled()
+    gc.disable()  # the run allocates few cyclic objects; collections would only scan the heap
+    try:
+        if engine != "python" and compiled_ok:
+            from raptor.sim.compiled import CompiledEngine
 
-        eng = CompiledEngine(prog, arch, rounds, host)
-    else:
-        eng = Engine(prog, arch, rounds, host, trace=recorder)
-    eng.run()
+            eng = CompiledEngine(prog, arch, rounds, host)
+        else:
+            eng = Engine(prog, arch, rounds, host, trace=recorder)
+        eng.run()
+    finally:
+        if gc_on:
+            gc.enable()
     wall = time.perf_counter() - t0
 
     used = [c for c in eng.cores if c.n]
@@ -196,6 +203,7 @@ def simulate(
         target=target.to_dict(),
         target_override=target.override_lines(),
         trace=recorder,
+        energy_timeline=eng.timeline,
     )
     if tensors:
         report.tensors = read_tensors(host.data, host.written, meta.get("tensors", []), eb)

@@ -35,8 +35,8 @@ def opcode_mask(ops) -> np.ndarray:
     return m
 
 
-_RD_MASK = opcode_mask(_USES_RD)
-_R1_MASK = opcode_mask(_USES_R1)
+RD_MASK = opcode_mask(_USES_RD)
+R1_MASK = opcode_mask(_USES_R1)
 
 
 def bad_register_rows(
@@ -45,8 +45,8 @@ def bad_register_rows(
     """Rows whose register or event-register numbers are out of range (field columns)."""
     vector = (op >= Opcode.VVADD) & (op <= Opcode.VRSL)
     return (
-        ((_RD_MASK[op] | vector) & (rd >= NUM_REGISTERS))
-        | ((_R1_MASK[op] | vector) & (r1 >= NUM_REGISTERS))
+        ((RD_MASK[op] | vector) & (rd >= NUM_REGISTERS))
+        | ((R1_MASK[op] | vector) & (r1 >= NUM_REGISTERS))
         | (vector & ((imm < 0) | (imm >= NUM_REGISTERS)))
         | ((op == Opcode.WAIT) & ((g1 < 0) | (g1 >= NUM_EVENT_REGISTERS)))
     )

@@ -16,9 +16,17 @@ from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram
 from raptor.sim import kernel_state as K
 from raptor.sim import vector as vec
-from raptor.sim.checks import FIELDS_MESSAGE, bad_register_rows, describe, opcode_mask
-from raptor.sim.energy import EnergyCounter, with_static
+from raptor.sim.checks import FIELDS_MESSAGE, R1_MASK, RD_MASK, describe, opcode_mask
+from raptor.sim.energy import (
+    TIMELINE_BINS,
+    TIMELINE_WIDTH0_NS,
+    EnergyCounter,
+    EnergyTimeline,
+    static_power_mw,
+    with_static,
+)
 from raptor.sim.kernel import run as kernel_run
+from raptor.sim.kernel_layout import dense_ids, first_bad_row, setbw_widths, unit_rows
 from raptor.sim.matrix import MatrixUnit
 from raptor.sim.memory import HostMemory, MemoryTiming
 from raptor.sim.report import CoreStats
@@ -27,6 +35,8 @@ from raptor.sim.transfer import Noc
 _LINKED = (int(Opcode.LD), int(Opcode.ST), int(Opcode.SEND), int(Opcode.RECV), int(Opcode.SYNC))
 _SIZED = (int(Opcode.LLDI), int(Opcode.LMV), *_LINKED[:4])
 _LINKED_MASK, _SIZED_MASK = opcode_mask(_LINKED), opcode_mask(_SIZED)
+_UNIT_MASK = opcode_mask([Opcode.MVMUL, *range(Opcode.VVADD, Opcode.VRSL + 1)])
+_VEC_OK = ~opcode_mask(vec.UNSUPPORTED)  # vector ops with a cost (the others: an error)
 
 
 class _Core:
@@ -40,23 +50,42 @@ class _Counters:
         self.__dict__.update(kw)
 
 
-def _pack(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct rows of integer columns: (unique rows as a 2-D array, inverse index per row)."""
-    if len(cols[0]) == 0:
-        return np.zeros((0, len(cols)), np.int64), np.zeros(0, np.int64)
-    code = np.zeros(len(cols[0]), np.int64)
+def _pack(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of a 2-D integer table: (the distinct rows, the number of each row's
+    distinct row)."""
+    table = np.ascontiguousarray(table, dtype=np.int64)
+    if len(table) == 0:
+        return np.zeros((0, table.shape[1]), np.int64), np.zeros(0, np.int64)
+    lo, hi = table.min(0), table.max(0)
+    width = hi - lo + 1
     span = 1
-    for col in cols:
-        lo, hi = int(col.min()), int(col.max())
-        width = hi - lo + 1
-        span *= width
-        if span >= 1 << 62:  # too wide to pack: sort the rows instead
-            rows, inv = np.unique(np.stack(cols, 1).astype(np.int64), axis=0, return_inverse=True)
-            return rows, inv.ravel()
-        code = code * width + (col.astype(np.int64) - lo)
-    _, first, inv = np.unique(code, return_index=True, return_inverse=True)
-    rows = np.stack([col[first].astype(np.int64) for col in cols], 1)
+    for w in width.tolist():
+        span *= w
+    if span <= 4 * len(table) + (1 << 16):  # a table over every packed code: no sort
+        first, inv = dense_ids(table, lo, width, span)
+        return table[first], inv
+    rows, inv = np.unique(table, axis=0, return_inverse=True)
     return rows, inv.ravel()
+
+
+def _shared_buffer(mats: list[np.ndarray]) -> np.ndarray | None:
+    """The 1-D float32 array every matrix of mats is a C-contiguous 2-D view of, if there is
+    one (weight matrices read from weights.bin are), else None."""
+    if not mats:
+        return None
+    buf = mats[0].base
+    if not isinstance(buf, np.ndarray) or buf.ndim != 1 or buf.dtype != np.float32:
+        return None
+    if not buf.flags.c_contiguous:
+        return None
+    lo, hi = buf.ctypes.data, buf.ctypes.data + 4 * buf.size
+    for w in mats:
+        if w.base is not buf or w.dtype != np.float32 or w.ndim != 2 or not w.flags.c_contiguous:
+            return None
+        p = w.ctypes.data
+        if (p - lo) % 4 or p < lo or p + 4 * w.size > hi:
+            return None
+    return buf
 
 
 def _zeros_small_pages(shape: tuple[int, int]) -> np.ndarray:
@@ -108,21 +137,14 @@ class CompiledEngine:
             ):
                 ins[b : b + len(s), j] = s[f]
         op, imm, g1, g2, g3 = ins[:, 0], ins[:, 3], ins[:, 4], ins[:, 5], ins[:, 6]
-        bad = bad_register_rows(op, ins[:, 1], ins[:, 2], imm, g1)
-        if bad.any():
-            i0 = int(np.argmax(bad))
+        i0 = first_bad_row(ins, RD_MASK, R1_MASK)
+        if i0 >= 0:
             c = int(np.searchsorted(base, i0, "right") - 1)
             while ns[c] == 0:
                 c -= 1
             pc = i0 - int(base[c])
             msg = f"core {c} pc {pc} ({describe(prog.cores[c], pc)}): {FIELDS_MESSAGE}"
             raise SimulationError(msg)
-        cols = {
-            f: ins[:, j]
-            for j, f in enumerate(
-                ("opcode", "rd", "r1", "r2_or_imm", "generic1", "generic2", "generic3")
-            )
-        }
         core_of = np.repeat(np.arange(nc, dtype=np.int32), ns)
 
         # array groups: weight matrix and crossbar count per (core, group)
@@ -147,19 +169,24 @@ class CompiledEngine:
         wofs = np.zeros(max(len(weights), 1), np.int64)
         wrows = np.zeros_like(wofs)
         wcols = np.zeros_like(wofs)
-        parts, off = [], 0
-        for m in used:
-            w = np.ascontiguousarray(weights[m], dtype=np.float32)
-            wofs[m], (wrows[m], wcols[m]) = off, w.shape
-            parts.append(w.ravel())
-            off += w.size
-        wflat = np.concatenate(parts) if parts else np.zeros(1, np.float32)
+        wflat = _shared_buffer([weights[m] for m in used])
+        if wflat is not None:  # views of one buffer (as read from weights.bin): no copy
+            p0 = wflat.ctypes.data
+            for m in used:
+                wofs[m] = (weights[m].ctypes.data - p0) // 4
+                wrows[m], wcols[m] = weights[m].shape
+        else:
+            parts, off = [], 0
+            for m in used:
+                w = np.ascontiguousarray(weights[m], dtype=np.float32)
+                wofs[m], (wrows[m], wcols[m]) = off, w.shape
+                parts.append(w.ravel())
+                off += w.size
+            wflat = np.concatenate(parts) if parts else np.zeros(1, np.float32)
 
         # setbw state in force at each instruction (round 0), and for the prefix before the first
         # setbw in later rounds (the last setbw of the previous round)
         is_sb = op == Opcode.SETBW
-        last = np.where(is_sb, np.arange(total, dtype=np.int64), -1)
-        np.maximum.accumulate(last, out=last)
         first_setbw = np.zeros(nc, np.int64)
         alt_pos: list[np.ndarray] = []
         alt_state: list[tuple[int, int, int]] = []
@@ -178,27 +205,21 @@ class CompiledEngine:
         self.reg: dict[tuple, int] = {}
         self.rows: list[tuple[float, float, float, float]] = []
         key = np.full(total, -1, np.int32)
-        unit = np.flatnonzero((op == Opcode.MVMUL) | ((op >= Opcode.VVADD) & (op <= Opcode.VRSL)))
-        valid = last[unit] >= base[core_of[unit]]
-        lu = np.where(valid, last[unit], 0)
-        ib = np.where(valid, g1[lu], 0).astype(np.int64)
-        ob = np.where(valid, g2[lu], 0).astype(np.int64)
-        key[unit] = self._unit_keys(unit, ib, ob, cols, core_of, gbase, gn, gw_a, gx_a)
+        unit = np.flatnonzero(_UNIT_MASK[op])
+        widths = setbw_widths(ins, base, ns)[unit]
+        key[unit] = self._unit_keys(unit, widths, ins, core_of, gbase, gn, gw_a, gx_a)
         akey = np.full(max(n_alt, 1), -1, np.int32)
         for pos, (start, ibv, obv) in zip(alt_pos, alt_state):
+            w = np.empty((len(pos), 2), np.int64)
+            w[:, 0], w[:, 1] = ibv, obv
             akey[start : start + len(pos)] = self._unit_keys(
-                pos,
-                np.full(len(pos), ibv),
-                np.full(len(pos), obv),
-                cols,
-                core_of,
-                gbase,
-                gn,
-                gw_a,
-                gx_a,
+                pos, w, ins, core_of, gbase, gn, gw_a, gx_a
             )
         sized = np.flatnonzero(_SIZED_MASK[op])
         key[sized] = self._sized_keys(op[sized], g3[sized])
+        for pos, (start, _, _) in zip(alt_pos, alt_state):  # other instructions: their own key
+            other = ~_UNIT_MASK[op[pos]]
+            akey[start : start + len(pos)][other] = key[pos[other]]
         ctab = np.array(self.rows if self.rows else [(0.0,) * 4], np.float64)
 
         # NoC links per instruction (sync, ld, st, send, recv)
@@ -210,7 +231,7 @@ class CompiledEngine:
         ok = mem | ((dst >= 0) & (dst < nc) & ((dst != src) | (op[lk] == Opcode.SYNC)))
         llat, le, lch, lech = [0.0], [0.0], [0], [0.0]
         if ok.any():
-            rows, inv = _pack([src[ok], dst[ok]])
+            rows, inv = _pack(np.stack([src[ok], dst[ok]], 1))
             for s_, d_ in rows:
                 lat, e, ch, ech = self.noc_model.link(int(s_), int(d_))
                 llat.append(lat), le.append(e), lch.append(ch), lech.append(ech)
@@ -245,14 +266,17 @@ class CompiledEngine:
         ins[:, 7], ins[:, 8] = key, link
         wmeta = np.stack([wofs, wrows, wcols], 1)
         net = np.array([llat, le, lch, lech], np.float64).T.copy()
+        gf = np.zeros(K.N_GF, np.float64)
+        gf[K.G_EW] = TIMELINE_WIDTH0_NS
         heap_t = np.zeros(cap)
         heap_i = np.zeros((cap, 4), np.int64)
         self.st = (
             ins, akey, ci, cf, np.zeros((nc, 32), np.int64), np.zeros((nc, 32), np.int64),
             np.zeros((nc, self.rounds), np.float64), self.local, gw_a, wflat, wmeta, ctab, net,
-            np.zeros(max(nc, 1), np.float64), np.zeros(K.N_GF, np.float64), gi, heap_t, heap_i,
+            np.zeros(max(nc, 1), np.float64), gf, gi, heap_t, heap_i,
             q, np.full(nc, -1, np.int64), np.full(nc, -1, np.int64),
             (host.data, hw, self.inreg, inbuf, self.outreg, self.outbuf), scratch,
+            np.zeros(TIMELINE_BINS, np.float64),
         )  # fmt: skip
         self.prm = (
             float(arch.core.period),
@@ -270,21 +294,16 @@ class CompiledEngine:
             self.rows.append(make())
         return r
 
-    def _unit_keys(self, pos, ibiw, obiw, cols, core_of, gbase, gn, gw, gx) -> np.ndarray:
-        """Cost rows of mvmul and vector instructions at pos under setbw state (ibiw, obiw)."""
-        op = cols["opcode"][pos].astype(np.int64)
+    def _unit_keys(self, pos, widths, ins, core_of, gbase, gn, gw, gx) -> np.ndarray:
+        """Cost rows of mvmul and vector instructions at pos under setbw widths (input, output)."""
         out = np.full(len(pos), -1, np.int32)
         arch, local = self.arch, self.local_mem
-        mv = op == Opcode.MVMUL
-        c = core_of[pos].astype(np.int64)
-        g = cols["generic2"][pos].astype(np.int64)
-        gi = np.where((g >= 0) & (g < gn[c]), gbase[c] + g, len(gw) - 1)
-        mbiw = cols["r2_or_imm"][pos].astype(np.int64)
-        okm = mv & (ibiw > 0) & (mbiw > 0) & (gw[gi] >= 0) & (gx[gi] >= 0)
-        if okm.any():
-            rows, inv = _pack([gx[gi][okm], ibiw[okm], obiw[okm], mbiw[okm]])
-            ids = np.empty(len(rows), np.int32)
-            for j, (xb, ib_, ob_, mb) in enumerate(rows.tolist()):
+        rows = unit_rows(ins, pos, widths, core_of, gbase, gn, gw, gx, _VEC_OK)
+        sel = np.flatnonzero(rows[:, 0] == 1)
+        if len(sel):
+            uniq, inv = _pack(rows[sel, 1:])
+            ids = np.empty(len(uniq), np.int32)
+            for j, (xb, ib_, ob_, mb) in enumerate(uniq.tolist()):
 
                 def mk(xb=xb, ib_=ib_, ob_=ob_, mb=mb):
                     rd, lat, wr, em, el = MatrixUnit(arch, [xb], [None]).cost(
@@ -293,21 +312,18 @@ class CompiledEngine:
                     return (rd + lat + wr, em, el, 0.0)
 
                 ids[j] = self._row(("m", xb, ib_, ob_, mb), mk)
-            out[okm] = ids[inv]
-        length = cols["generic3"][pos].astype(np.int64)
-        okv = ~mv & (length > 0) & ~np.isin(op, list(vec.UNSUPPORTED))
-        if okv.any():
-            ibb = np.where(ibiw != 0, np.maximum(1, -((-ibiw) // 8)), 1)
-            obb = np.where(obiw != 0, np.maximum(1, -((-obiw) // 8)), 1)
-            rows, inv = _pack([op[okv], length[okv], ibb[okv], obb[okv]])
-            ids = np.empty(len(rows), np.int32)
+            out[sel] = ids[inv]
+        sel = np.flatnonzero(rows[:, 0] == 2)
+        if len(sel):
+            uniq, inv = _pack(rows[sel, 1:])
+            ids = np.empty(len(uniq), np.int32)
             vu = vec.VectorUnit(arch)
-            for j, (o, n, ib_, ob_) in enumerate(rows.tolist()):
+            for j, (o, n, ib_, ob_) in enumerate(uniq.tolist()):
                 ids[j] = self._row(
                     ("v", o, n, ib_, ob_),
                     lambda o=o, n=n, a=ib_, b=ob_: (*vu.cost(o, n, a, b, local), 0.0),
                 )
-            out[okv] = ids[inv]
+            out[sel] = ids[inv]
         return out
 
     def _sized_keys(self, op: np.ndarray, size: np.ndarray) -> np.ndarray:
@@ -315,7 +331,7 @@ class CompiledEngine:
         out = np.empty(len(op), np.int32)
         if not len(op):
             return out
-        rows, inv = _pack([op, size])
+        rows, inv = _pack(np.stack([op, size], 1))
         ids = np.empty(len(rows), np.int32)
         for j, (o, n) in enumerate(rows.tolist()):
             ids[j] = self._row(("s", o, n), lambda o=o, n=n: self._sized_cost(o, n))
@@ -394,6 +410,9 @@ class CompiledEngine:
             requests=int(gi[K.I_GREQ]),
         )
         self.noc_bytes = int(gi[K.I_NOCB])
+        self.timeline = EnergyTimeline(static_power_mw(self.arch, self.prog.core_cnt))
+        self.timeline.bins = st[K.S_EH].tolist()
+        self.timeline.width_ns = float(gf[K.G_EW])
 
     def energy_total(self, run_time_ns: float) -> EnergyCounter:
         return with_static(

@@ -47,7 +47,7 @@ from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram
 from raptor.sim import vector as vec
 from raptor.sim.checks import FIELDS_MESSAGE, bad_register_field, describe
-from raptor.sim.energy import EnergyCounter, with_static
+from raptor.sim.energy import EnergyCounter, EnergyTimeline, static_power_mw, with_static
 from raptor.sim.events import (
     DISPATCH_CYCLES,
     EV_MEM,
@@ -121,6 +121,8 @@ class Engine(RobMixin, SharedEventsMixin):
         self.seq = 0
         self.now = 0.0
         self.energy = EnergyCounter()
+        self.timeline = EnergyTimeline(static_power_mw(arch, prog.core_cnt))
+        self.noc.timeline = self.timeline
         self.pending_senders: list[dict[int, float]] = [dict() for _ in range(prog.core_cnt)]
         self.recv_waiting = [-1] * prog.core_cnt
         self.noc_bytes = 0  # bytes moved core to core by send/recv
@@ -294,6 +296,7 @@ class Engine(RobMixin, SharedEventsMixin):
         vcost = self.vector.cost
         vapply = vec.apply
         stats = c.stats
+        charge = self.timeline.add
         busy_m = busy_v = busy_t = 0.0
         e_m = e_v = e_l = 0.0
         rounds = self.rounds
@@ -386,6 +389,7 @@ class Engine(RobMixin, SharedEventsMixin):
                             te = end + P3
                         if tr is not None:
                             tr.add(track_id(cid, SUB_AG0 + g), MVMUL, end - dur, end, dur, pc)
+                    charge(s, em + el)
                 elif op <= _VEC_HI:
                     length = g3s[pc]
                     if length <= 0 or op in vec.UNSUPPORTED:
@@ -444,6 +448,7 @@ class Engine(RobMixin, SharedEventsMixin):
                             te = end + PF
                         if tr is not None:
                             tr.add(track_id(cid, SUB_VECTOR), VECTOR, end - lat, end, lat, pc)
+                    charge(s, ev_ + el)
                 elif op == _LLDI or op == _LMV:
                     sel = g1s[pc]
                     off = g2s[pc]
@@ -483,6 +488,7 @@ class Engine(RobMixin, SharedEventsMixin):
                             te = end + PF
                         if tr is not None:
                             tr.add(track_id(cid, SUB_TRANSFER), LOCAL, end - lat, end, lat, pc)
+                    charge(s, e)
                 elif op == _SYNC:
                     dst = imms[pc]
                     evr = g1s[pc]
@@ -546,6 +552,7 @@ class Engine(RobMixin, SharedEventsMixin):
                         if op == _ST:
                             rl, e = lcost(size, False)
                             e_l += e
+                            charge(s, e)
                             arr = self.noc.message(s + rl, c.id, self.noc.gm, size)
                         else:
                             arr = self.noc.message(s, c.id, self.noc.gm, 1)

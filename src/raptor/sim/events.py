@@ -49,6 +49,7 @@ class SharedEventsMixin:
     def _mem_arrive(self, c, t: float) -> None:
         is_st, s, haddr, laddr, n, size = c.pend
         mstart, mend = self.gmem.reserve(t, size, is_st)
+        self.timeline.add(mstart, self.gmem.cost(size, is_st)[1])
         if self.trace is not None:
             self.trace.gmem.append((t, mend))
         self.noc.switch_free[c.id] = mend  # transport mode: switch held until the response
@@ -60,6 +61,7 @@ class SharedEventsMixin:
             wr, e = self.local.cost(size, True)
             self.energy.local_memory_pj += e
             end = mend + wr
+            self.timeline.add(end, e)
         self._resume(
             c, s, end, mstart - t, "memory", RETIRE_CYCLES if is_st else FAST_RETIRE_CYCLES
         )
@@ -107,6 +109,7 @@ class SharedEventsMixin:
         rd, e1 = self.local.cost(size, False)
         wr, e2 = self.local.cost(size, True)
         self.energy.local_memory_pj += e1 + e2
+        self.timeline.add(t, e1 + e2)
         r_end = t + rd
         a3 = self.noc.message(r_end, snd.id, rcv.id, size)
         lat = self.noc.link(snd.id, rcv.id)[0]

@@ -11,7 +11,7 @@ import math
 from numba import njit
 
 from raptor.sim import kernel_state as K
-from raptor.sim.kernel_core import heap_push, noc_message, run_core
+from raptor.sim.kernel_core import charge, heap_push, noc_message, run_core
 from raptor.sim.kernel_values import host_read, host_write, move
 
 
@@ -61,7 +61,9 @@ def _resume(
 
 
 @njit(cache=True, nogil=True)
-def _mem_arrive(ci, cf, gf, gi, q, ctab, swfree, local, host, P: float, c: int, t: float) -> None:
+def _mem_arrive(
+    ci, cf, gf, gi, q, ctab, swfree, local, host, eh, P: float, c: int, t: float
+) -> None:
     hdata, hwritten, inreg, inbuf, outreg, outbuf = host
     is_st, ha, la, m, size, key = (
         ci[c, K.CI_PA],
@@ -78,6 +80,7 @@ def _mem_arrive(ci, cf, gf, gi, q, ctab, swfree, local, host, P: float, c: int, 
     mend = mstart + glat
     gf[K.G_GBUSY] = mend
     gf[K.G_GE] += ctab[key, 3]
+    charge(gf, eh, mstart, ctab[key, 3])
     gf[K.G_GNS] += glat
     gi[K.I_GREQ] += 1
     gi[K.I_GBYTES] += size
@@ -90,12 +93,13 @@ def _mem_arrive(ci, cf, gf, gi, q, ctab, swfree, local, host, P: float, c: int, 
     else:
         host_read(L, la, hdata, ha, m, rnd, inreg, inbuf)
         gf[K.G_EL] += ctab[key, 1]
+        charge(gf, eh, mend + ctab[key, 0], ctab[key, 1])
         _resume(ci, cf, gi, q, P, c, s, mend + ctab[key, 0], mstart - t, K.K_MEMORY, 2)
 
 
 @njit(cache=True, nogil=True)
 def _rendezvous(
-    ci, cf, gf, gi, q, ctab, net, swfree, local, prm, snd: int, rcv: int, t: float
+    ci, cf, gf, gi, q, ctab, net, swfree, local, eh, prm, snd: int, rcv: int, t: float
 ) -> int:
     P, bus = prm[0], prm[4]
     s_addr, n, size, s_start = (
@@ -119,8 +123,9 @@ def _rendezvous(
     key, link = ci[snd, K.CI_PG], ci[snd, K.CI_PF]
     rd, wr = ctab[key, 0], ctab[key, 2]
     gf[K.G_EL] += ctab[key, 1] + ctab[key, 3]
+    charge(gf, eh, t, ctab[key, 1] + ctab[key, 3])
     r_end = t + rd
-    a3 = noc_message(net, swfree, gf, gi, bus, r_end, snd, link, size, 0.0)
+    a3 = noc_message(net, swfree, gf, gi, eh, bus, r_end, snd, link, size, 0.0)
     lat = net[link, 0]
     data_ns = (max(1, math.ceil(size / bus)) if size > 0 else 0) * lat
     recv_end = a3 + wr
@@ -134,9 +139,11 @@ def _rendezvous(
 
 
 @njit(cache=True, nogil=True)
-def _receiver_ready(ci, net, swfree, gf, gi, ht, hi, bus: int, t: float, rcv: int, snd: int):
+def _receiver_ready(
+    ci, net, swfree, gf, gi, ht, hi, eh, bus: int, t: float, rcv: int, snd: int
+) -> None:
     """Receiver rcv, at its recv, answers sender snd (1 flit); the data follows at arrival."""
-    a2 = noc_message(net, swfree, gf, gi, bus, t, rcv, ci[rcv, K.CI_PF], 1, 0.0)
+    a2 = noc_message(net, swfree, gf, gi, eh, bus, t, rcv, ci[rcv, K.CI_PF], 1, 0.0)
     heap_push(gi, ht, hi, a2, K.EV_RDV, snd, rcv)
 
 
@@ -145,7 +152,7 @@ def run(st, prm) -> int:  # noqa: C901 - the event loop, one branch per event ki
     """Run until every core is done (K.RC_DONE), a host op is due (K.RC_HOSTOP: apply it, call
     again), a program error (K.RC_ERROR) or a deadlock (K.RC_DEADLOCK); details in gi."""
     (ins, akey, ci, cf, regs, evr, fin, local, gw, wflat, wmeta, ctab, net, swfree, gf, gi, ht,
-     hi, q, rwait, pend_to, host, scratch) = st  # fmt: skip
+     hi, q, rwait, pend_to, host, scratch, eh) = st  # fmt: skip
     P, bus = prm[0], prm[4]
     hsize = host[0].size
     while True:
@@ -153,7 +160,7 @@ def run(st, prm) -> int:  # noqa: C901 - the event loop, one branch per event ki
             c = q[gi[K.I_QH] % q.size]
             rc = run_core(
                 c, ins, akey, ci, cf, regs, evr, fin, local, gw, wflat, wmeta, ctab, net, swfree,
-                gf, gi, ht, hi, hsize, scratch, prm,
+                gf, gi, ht, hi, hsize, scratch, eh, prm,
             )  # fmt: skip
             if rc == K.RC_HOSTOP or rc == K.RC_ERROR:
                 return rc
@@ -164,7 +171,7 @@ def run(st, prm) -> int:  # noqa: C901 - the event loop, one branch per event ki
         t, kind, a, b = _pop(gi, ht, hi)
         gf[K.G_NOW] = t
         if kind == K.EV_MEM:
-            _mem_arrive(ci, cf, gf, gi, q, ctab, swfree, local, host, P, a, t)
+            _mem_arrive(ci, cf, gf, gi, q, ctab, swfree, local, host, eh, P, a, t)
         elif kind == K.EV_SYNC:
             evr[a, b] += 1
             if (
@@ -185,7 +192,7 @@ def run(st, prm) -> int:  # noqa: C901 - the event loop, one branch per event ki
         elif kind == K.EV_READY:  # a: receiver, b: sender
             if rwait[a] == b:
                 rwait[a] = -1
-                _receiver_ready(ci, net, swfree, gf, gi, ht, hi, bus, t, a, b)
+                _receiver_ready(ci, net, swfree, gf, gi, ht, hi, eh, bus, t, a, b)
             else:
                 pend_to[b] = a
         elif kind == K.EV_RECV:
@@ -195,12 +202,12 @@ def run(st, prm) -> int:  # noqa: C901 - the event loop, one branch per event ki
                 return K.RC_ERROR
             if pend_to[src] == a:
                 pend_to[src] = -1
-                _receiver_ready(ci, net, swfree, gf, gi, ht, hi, bus, t, a, src)
+                _receiver_ready(ci, net, swfree, gf, gi, ht, hi, eh, bus, t, a, src)
             else:
                 rwait[a] = src
                 ci[a, K.CI_BLOCKED] = K.B_RECV
         elif kind == K.EV_RDV:
-            rc = _rendezvous(ci, cf, gf, gi, q, ctab, net, swfree, local, prm, a, b, t)
+            rc = _rendezvous(ci, cf, gf, gi, q, ctab, net, swfree, local, eh, prm, a, b, t)
             if rc != K.RC_DONE:
                 return rc
     for c in range(ci.shape[0]):

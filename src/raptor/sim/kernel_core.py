@@ -37,8 +37,27 @@ def heap_push(gi, ht, hi, t: float, kind: int, a: int, b: int) -> None:
 
 
 @njit(cache=True, nogil=True)
+def charge(gf, eh, t: float, e: float) -> None:
+    """`EnergyTimeline.add`: e pJ into the bin of time t (bins merged pairwise, width doubled,
+    while t lies past the last bin)."""
+    w = gf[K.G_EW]
+    k = int(t / w)
+    nb = eh.size
+    while k >= nb:
+        h = nb // 2
+        for j in range(h):
+            eh[j] = eh[2 * j] + eh[2 * j + 1]
+        for j in range(h, nb):
+            eh[j] = 0.0
+        w *= 2.0
+        gf[K.G_EW] = w
+        k = int(t / w)
+    eh[k] += e
+
+
+@njit(cache=True, nogil=True)
 def noc_message(
-    net, swfree, gf, gi, bus: int, t: float, src: int, link: int, size: int, hold: float
+    net, swfree, gf, gi, eh, bus: int, t: float, src: int, link: int, size: int, hold: float
 ) -> float:
     """`Noc.message`: queue size bytes on src's switch at t over link (net rows: per-flit
     latency, energy, chip hops, inter-chip energy); returns the arrival."""
@@ -53,6 +72,7 @@ def noc_message(
     swfree[src] = arrival + hold
     gi[K.I_FLITS] += k
     gf[K.G_NE] += k * net[link, 1]
+    charge(gf, eh, start, k * net[link, 1])
     return arrival
 
 
@@ -94,6 +114,7 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
     hi,
     hsize,
     scratch,
+    eh,
     prm,
 ) -> int:
     """Run core c ahead (ins rows: opcode, rd, r1, r2_or_imm, generic1-3, cost key, link)."""
@@ -183,6 +204,7 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
             busy_m += dur
             e_m += ctab[key, 1]
             e_l += ctab[key, 2]
+            charge(gf, eh, s, ctab[key, 1] + ctab[key, 2])
             te = s + dur + P3
         elif op <= K.OP_VEC_HI:
             length = ins[i, 6]
@@ -207,6 +229,7 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
             busy_v += lat
             e_v += ctab[key, 1]
             e_l += ctab[key, 2]
+            charge(gf, eh, s, ctab[key, 1] + ctab[key, 2])
             te = s + lat + PF
             if (
                 op == K.OP_VVADD
@@ -249,13 +272,14 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
             lat = ctab[key, 0]
             busy_t += lat
             e_l += ctab[key, 1]
+            charge(gf, eh, s, ctab[key, 1])
             te = s + lat + PF
         elif op == K.OP_SYNC:
             dst = ins[i, 3]
             ev = ins[i, 4]
             if not 0 <= dst < nc or not 0 <= ev < 32:
                 return _fail(ci, gi, c, pc, K.E_SYNC_TARGET)
-            arr = noc_message(net, swfree, gf, gi, bus, s, c, ins[i, 8], 1, 0.0)
+            arr = noc_message(net, swfree, gf, gi, eh, bus, s, c, ins[i, 8], 1, 0.0)
             heap_push(gi, ht, hi, arr, K.EV_SYNC, dst, ev)
             busy_t += P
             te = s + P + P3
@@ -292,11 +316,12 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
                 ci[c, K.CI_BLOCKED] = K.B_MEMORY
                 if op == K.OP_ST:
                     e_l += ctab[key, 1]
+                    charge(gf, eh, s, ctab[key, 1])
                     arr = noc_message(
-                        net, swfree, gf, gi, bus, s + ctab[key, 0], c, ins[i, 8], size, 0.0
+                        net, swfree, gf, gi, eh, bus, s + ctab[key, 0], c, ins[i, 8], size, 0.0
                     )
                 else:
-                    arr = noc_message(net, swfree, gf, gi, bus, s, c, ins[i, 8], 1, 0.0)
+                    arr = noc_message(net, swfree, gf, gi, eh, bus, s, c, ins[i, 8], 1, 0.0)
                 heap_push(gi, ht, hi, arr, K.EV_MEM, c, 0)
             else:
                 other = ins[i, 3]
@@ -311,7 +336,7 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
                 cf[c, K.CF_PS] = s
                 if op == K.OP_SEND:
                     ci[c, K.CI_BLOCKED] = K.B_SEND
-                    a1 = noc_message(net, swfree, gf, gi, bus, s, c, ins[i, 8], 1, P)
+                    a1 = noc_message(net, swfree, gf, gi, eh, bus, s, c, ins[i, 8], 1, P)
                     heap_push(gi, ht, hi, a1, K.EV_READY, other, c)
                 else:
                     ci[c, K.CI_BLOCKED] = K.B_RECV

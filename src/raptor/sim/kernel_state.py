@@ -53,17 +53,18 @@ CF_AM, CF_AV, CF_AT, CF_EM, CF_EV, CF_EL = range(9, 15)
 N_CF = 15
 
 # global floats (gf[...])
-G_NOW, G_EM, G_EV, G_EL, G_GBUSY, G_GE, G_GNS, G_NE, G_ICE = range(9)
-N_GF = 9
+G_NOW, G_EM, G_EV, G_EL, G_GBUSY, G_GE, G_GNS, G_NE, G_ICE, G_EW = range(10)  # G_EW: bin width
+N_GF = 10
 # global ints (gi[...])
 I_SEQ, I_HN, I_QH, I_QT, I_GREQ, I_GBYTES, I_FLITS, I_ICB, I_NOCB = range(9)
 I_CORE, I_X1, I_X2, I_X3, I_X4, I_X5, I_X6 = range(9, 16)  # error / host-op details
 N_GI = 16
 
 # positions in the state tuple `kernel.run` takes (built by raptor.sim.compiled); S_HOST is
-# itself a tuple (host data, written mask, input regions, input values, output regions, outputs)
+# itself a tuple (host data, written mask, input regions, input values, output regions, outputs);
+# S_EH: the energy-vs-time bins (raptor.sim.energy.EnergyTimeline)
 (S_INS, S_AKEY, S_CI, S_CF, S_REGS, S_EVR, S_FIN, S_LOCAL, S_GW, S_WFLAT, S_WMETA, S_CTAB, S_NET,
- S_SWFREE, S_GF, S_GI, S_HT, S_HI, S_Q, S_RWAIT, S_PEND_TO, S_HOST, S_SCRATCH) = range(23)  # fmt: skip
+ S_SWFREE, S_GF, S_GI, S_HT, S_HI, S_Q, S_RWAIT, S_PEND_TO, S_HOST, S_SCRATCH, S_EH) = range(24)  # fmt: skip
 
 # event kinds (as the Python engine's)
 EV_MEM, EV_WAIT, EV_SYNC, EV_READY, EV_RECV, EV_RDV = range(6)

@@ -426,13 +426,15 @@ def throughput_comparison(ours: SimReport, ref: PimsimReport) -> dict[str, float
     pimsim-nn loops every core for `sim_time` and reports rounds/sim_time (1000 / "average
     latency") and energy(sim_time)/rounds. `ours` must run more rounds than pimsim-nn completed.
     Same quantities from our run: rounds completed by sim_time (from our deadlines) / sim_time,
-    and our average power x sim_time / those rounds (our energy up to sim_time, as power x time).
-    Also returned for information: N/deadline(N-1) and the steady-state rate
+    our energy spent up to sim_time (the report's energy timeline) / those rounds, and that
+    energy / sim_time as power. Also returned for information: our average power over the whole
+    run (`ours_run_power_mw`), N/deadline(N-1) and the steady-state rate
     (N-1)/(deadline(N-1)-deadline(0)) over N = pimsim-nn's rounds."""
     t_ms = float(ref.pimsim["sim_time_ms"])
     cnt = rounds_within(ours.deadlines_ns, t_ms)
     d = sorted(ours.deadlines_ns)
     n = int(ref.pimsim["rounds"])
+    e_pj = ours.energy_until_pj(t_ms * 1e6)
     out = {
         "sim_time_ms": t_ms,
         "pimsim_rounds": n,
@@ -440,9 +442,10 @@ def throughput_comparison(ours: SimReport, ref: PimsimReport) -> dict[str, float
         "pimsim_tput": ref.throughput_per_s,
         "ours_tput": cnt / (t_ms * 1e-3),
         "pimsim_energy_uj": ref.energy_per_inference_uj,
-        "ours_energy_uj": ours.power_mw * t_ms / cnt if cnt else float("inf"),
+        "ours_energy_uj": e_pj / cnt / 1e6 if cnt else float("inf"),
         "pimsim_power_mw": ref.power_mw,
-        "ours_power_mw": ours.power_mw,
+        "ours_power_mw": e_pj / (t_ms * 1e6),
+        "ours_run_power_mw": ours.power_mw,
     }
     if 1 <= n <= len(d):
         out["ours_n_over_deadline"] = n / (d[n - 1] * 1e-9)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from raptor.sim.energy import EnergyCounter
+from raptor.sim.energy import EnergyCounter, EnergyTimeline
 
 
 @dataclass
@@ -68,6 +68,15 @@ class SimReport:
     trace: Any = None  # traced runs: the raptor.sim.trace.TraceRecorder (not in to_dict)
     # intermediates read back from host memory after the run (simulate(tensors=True)), last round
     tensors: dict[str, np.ndarray] = field(default_factory=dict)
+    # dynamic energy over simulated time and the static power (not in to_dict)
+    energy_timeline: EnergyTimeline | None = None
+
+    def energy_until_pj(self, t_ns: float) -> float:
+        """Energy (dynamic + static, pJ) spent from time 0 to t_ns, e.g. up to another
+        simulator's stop time; a bin's share pro rata (resolution: EnergyTimeline)."""
+        if self.energy_timeline is None:
+            raise ValueError("this report has no energy timeline")
+        return self.energy_timeline.energy_until_pj(t_ns)
 
     @property
     def instructions_per_s(self) -> float:

@@ -32,6 +32,7 @@ class Noc:
         self.inter_chip_bytes = 0  # bytes that crossed a chip boundary (flits x bus width)
         self.inter_chip_energy_pj = 0.0
         self.log: list | None = None  # traced runs: (start, arrival, bytes) per message
+        self.timeline = None  # an EnergyTimeline charged with each message's energy at its start
 
     def link(self, src: int, dst: int) -> tuple[float, float, int, float]:
         key = (src, dst)
@@ -65,6 +66,8 @@ class Noc:
         self.switch_free[src] = arrival + hold_extra
         self.flits += k
         self.energy_pj += k * e
+        if self.timeline is not None:
+            self.timeline.add(start, k * e)
         if self.log is not None:
             self.log.append((start, arrival, k * self.bus))
         return arrival
