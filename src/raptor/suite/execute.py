@@ -73,8 +73,13 @@ def _compile(spec: CaseSpec, compiler: str, out: Path, log: io.StringIO) -> dict
             return cached
     # a compile that dies half-way must never leave a valid-looking report beside its pim/
     report_path.unlink(missing_ok=True)
+    model = args.model
+    if spec.fast:  # the case's other variants and modes reuse this model's imported graph
+        from raptor.frontend.cache import CachedModel
+
+        model = CachedModel(Path(args.model), spec.common_dir, code_fingerprint())
     report = compile_to_dir(
-        args.model, load_arch(args.arch), compile_options(args), out, emit_json=args.pim_emit_json
+        model, load_arch(args.arch), compile_options(args), out, emit_json=args.pim_emit_json
     )
     report["cache_key"] = key
     _atomic_json(report_path, report)
