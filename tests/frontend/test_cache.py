@@ -80,12 +80,17 @@ def test_a_graph_stored_under_another_key_is_not_used(tmp_path, imports):
     cache = tmp_path / "common"
     cached = CachedModel(model, cache, "c")
     g = cached.load()
+    assert cached.holds_graph()
     with open(cache / CACHE_NAME, "wb") as f:  # a graph whose key is not this file's
-        pickle.dump(("another key", g), f)
+        pickle.dump("another key", f)
+        pickle.dump(g, f)
+    assert not cached.holds_graph()
     cached.load()
-    assert len(imports) == 2
+    assert len(imports) == 2 and cached.holds_graph()
     (cache / CACHE_NAME).write_bytes(b"torn")  # unreadable: imported again, never an error
+    assert not cached.holds_graph()
     assert _same_graph(cached.load(), g) and len(imports) == 3
+    assert not CachedModel(model, cache, "other code").holds_graph()
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 `CachedModel(path, cache_dir, code)` stands for the model file at `path` wherever a compiler
 takes a model (raptor.compiler.compile_model); its `load()` returns what `load_graph(path)`
 returns. The first load runs the whole frontend (gate included) and pickles the graph into
-`cache_dir/frontend_graph.pkl` beside its key; every later load whose key matches unpickles it
+`cache_dir/frontend_graph.pkl` after its key; every later load whose key matches unpickles it
 instead. The key is the sha256 of the file's bytes, the frontend options (`slim`), `code` (the
 caller's fingerprint of the compiler sources: a changed pass invalidates the graph) and the
 Python version. A model file that fails the gate is never cached; a file whose key differs
@@ -63,10 +63,21 @@ class CachedModel:
         """The cached graph when its key is `key`, else None."""
         try:
             with open(self.cache_path, "rb") as f:
-                stored_key, graph = pickle.load(f)
+                if pickle.load(f) != key:
+                    return None
+                graph = pickle.load(f)
         except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError):
             return None
-        return graph if stored_key == key and isinstance(graph, Graph) else None
+        return graph if isinstance(graph, Graph) else None
+
+    def holds_graph(self) -> bool:
+        """The cache holds this file's graph (so the file passed the gate, with this code),
+        checked from the stored key alone."""
+        try:
+            with open(self.cache_path, "rb") as f:
+                return pickle.load(f) == self.key()
+        except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError):
+            return False
 
     def load(self) -> Graph:
         from raptor.frontend import load_graph
@@ -87,8 +98,9 @@ class CachedModel:
         except OSError:
             return
         try:
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump((key, graph), f, protocol=pickle.HIGHEST_PROTOCOL)
+            with os.fdopen(fd, "wb") as f:  # the key first: holds_graph reads only it
+                pickle.dump(key, f, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump(graph, f, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, self.cache_path)
         except OSError:  # a full or read-only disk: the graph is simply not kept
             Path(tmp).unlink(missing_ok=True)

@@ -148,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--artifact-subdir", default="", help=argparse.SUPPRESS)
     p.add_argument("--results-dir", default=None, help=argparse.SUPPRESS)
+    # the ablation's parts: their results are combined and the parts removed, so no chart
+    p.add_argument("--no-chart", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
@@ -177,9 +179,11 @@ def make_console():
 
 def prepare_models(specs: list[CaseSpec], console) -> None:
     """Build each model once and its reference data once, before any case runs; every model
-    file passes the import gate (raptor.frontend.gate) first."""
-    from raptor.frontend.gate import check_model
+    file passes the import gate (raptor.frontend.gate) first, unless the frontend cache the
+    cases compile from (raptor.frontend.cache) already holds its graph: the gate passed on
+    those bytes with this code when the graph was imported."""
     from raptor.models import save_model
+    from raptor.suite.execute import frontend_cache
     from raptor.validation.reference import ensure_reference
 
     seen: dict[str, int] = {}
@@ -192,7 +196,10 @@ def prepare_models(specs: list[CaseSpec], console) -> None:
         if not s.fast or not s.model_path.is_file() or not _model_matches(s):
             save_model(model, s.model_path, input_size=s.input_size, seed=s.seed)
             _write_model_key(s)
-        check_model(s.model_path)
+        if not (s.fast and frontend_cache(s).holds_graph()):
+            from raptor.frontend.gate import check_model
+
+            check_model(s.model_path)
         ensure_reference(s.model_path, s.common_dir, n_inputs, seed=s.seed, fast=s.fast)
         console.log(
             f"[bold]{model}[/]: model and reference data ready ({time.perf_counter() - t0:.1f} s)"
@@ -409,9 +416,10 @@ def main(argv: list[str] | None = None) -> int:
     csv_path = results_dir / "results_comparison.csv"
     write_csv(csv_path, COMPARISON_COLUMNS, [comparison_row(r) for r in results])
     try:
-        from raptor.suite.charts import comparison_chart
+        if not args.no_chart:
+            from raptor.suite.charts import comparison_chart
 
-        comparison_chart(results, csv_path.with_suffix(".png"))
+            comparison_chart(results, csv_path.with_suffix(".png"))
     except Exception as e:  # noqa: BLE001 - a chart failure must not hide the results
         console.print(f"[yellow]chart not written: {e}[/]")
     console.print(
