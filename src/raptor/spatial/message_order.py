@@ -290,6 +290,9 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         return toks
 
     memo: dict[int, bool] = {}  # ready() of each core while no event runs (offers only push)
+    # whether a reduction tree's members all sit at the same step of it, ready, while no event
+    # runs (the same for whichever member asks): keyed by the tree's first node id
+    tree_memo: dict[int, bool] = {}
 
     def ready(c: int) -> bool:
         r = memo.get(c)
@@ -387,10 +390,15 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         members = gang.get(n.id) if n is not None and k[c] < len(steps[n.id]) else None
         if members is None:
             cs = (c,)
-        elif all(cur[m.core] is m and k[m.core] == k[c] and ready(m.core) for m in members):
-            cs = tuple(m.core for m in members)
         else:
-            return
+            ok = tree_memo.get(members[0].id)
+            if ok is None:
+                ok = tree_memo[members[0].id] = all(
+                    cur[m.core] is m and k[m.core] == k[c] and ready(m.core) for m in members
+                )
+            if not ok:
+                return
+            cs = tuple(m.core for m in members)
         start = max(now, *(t[x] for x in cs))
         if n is not None and k[c] < len(steps[n.id]):
             s = steps[n.id][k[c]]
@@ -488,6 +496,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             if n is not None and n.id in gang:
                 extra.update(m.core for m in gang[n.id])
         memo.clear()
+        tree_memo.clear()
         for x in woke | extra:
             offer(x)
     if not all(done.values()):
