@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import re
 import signal
 import sys
 import time
@@ -291,7 +292,7 @@ def run_cases(specs: list[CaseSpec], executor, console) -> list[CaseResult]:
         transient=False,
     ) as progress:
         task = progress.add_task(f"{len(specs)} cases, {executor.description}", total=len(specs))
-        for res in executor.run(specs):
+        for res in executor.run(longest_first(specs)):
             results.append(res)
             status = " ".join(
                 f"{k}={v.status}" for k, v in res.results.items() if v.status != "SKIPPED"
@@ -304,6 +305,32 @@ def run_cases(specs: list[CaseSpec], executor, console) -> list[CaseResult]:
     order = {s.key: i for i, s in enumerate(specs)}
     results.sort(key=lambda r: order[r.spec.key])
     return results
+
+
+def previous_wall(spec: CaseSpec) -> float:
+    """The longest wall time an earlier run of this case recorded (its case.log, or for an
+    ablation case those of the other variants beside it), 0.0 when none did."""
+    logs = [spec.case_dir / "case.log"]
+    if spec.artifact_subdir:
+        logs += spec.case_dir.parent.glob("*/case.log")
+    walls = [0.0]
+    for log in logs:
+        try:
+            text = log.read_text()
+        except OSError:
+            continue
+        m = re.search(r"^wall time ([0-9.]+) s$", text, re.MULTILINE)
+        if m:
+            walls.append(float(m.group(1)))
+    return max(walls)
+
+
+def longest_first(specs: list[CaseSpec]) -> list[CaseSpec]:
+    """The cases in the order to start them: longest first by their earlier runs
+    (previous_wall), so that the last ones to finish are short and no worker waits long for
+    the others at the end; the given order for cases never run (a stable sort)."""
+    walls = {s.key: previous_wall(s) for s in specs}
+    return sorted(specs, key=lambda s: -walls[s.key])
 
 
 def summary_table(results: list[CaseResult], title: str):
