@@ -22,18 +22,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from raptor.frontend.files import sha256_file
 from raptor.frontend.graph import Graph
 
 CACHE_NAME = "frontend_graph.pkl"
 FORMAT = 1
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -48,7 +41,7 @@ class CachedModel:
     def key(self) -> str:
         parts = (
             f"format={FORMAT}",
-            f"model_sha256={file_sha256(self.path)}",
+            f"model_sha256={sha256_file(self.path)}",
             f"slim={self.slim}",
             f"code={self.code}",
             f"python={sys.version_info[:2]}",

@@ -1,9 +1,10 @@
-"""The cheap first step of the import gate (raptor.frontend.gate): the model path names a
-non-empty regular file. No onnx import, so a process that only reuses cached data (reference
-outputs, the frontend cache) never loads onnx."""
+"""Model files without onnx: the cheap first step of the import gate (raptor.frontend.gate: the
+path names a non-empty regular file) and the sha256 that keys cached data (reference outputs,
+the frontend cache), so a process that only reuses cached data never loads onnx."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from raptor.errors import ModelError
@@ -25,3 +26,12 @@ def check_file(path: str | Path) -> Path:
     if size == 0:
         raise ModelError(f"{path}: empty file, not an ONNX model")
     return p
+
+
+def sha256_file(path: str | Path) -> str:
+    """sha256 of the file's bytes (hex)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

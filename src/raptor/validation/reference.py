@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import tempfile
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from raptor.frontend.files import sha256_file
 
 if TYPE_CHECKING:  # imported where a model is read: a cached reference needs no onnx
     import onnx
@@ -43,14 +44,6 @@ class ReferenceData:
     model_sha256: str = ""
     cached: bool = False  # True when loaded from common_dir rather than computed now
     paths: dict[str, str] = field(default_factory=dict)
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def make_inputs(sess, n_inputs: int, seed: int) -> list[dict[str, np.ndarray]]:
