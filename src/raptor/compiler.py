@@ -39,16 +39,21 @@ MAX_NOC_ROUNDS = 64
 
 
 def _load(model) -> Graph:
+    from raptor.frontend.cache import CachedModel
+
     if isinstance(model, Graph):
         return model
+    if isinstance(model, CachedModel):
+        return model.load()
     from raptor.frontend import load_graph  # written by the frontend engineer
 
     return load_graph(model)
 
 
 def compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) -> CompileResult:
-    """Compile `model` (path, onnx.ModelProto or Graph) for `arch` under `opts`; the program
-    records what it was compiled for (pim/target.json, raptor.isa.target), whichever compiler."""
+    """Compile `model` (path, onnx.ModelProto, Graph or frontend.cache.CachedModel) for `arch`
+    under `opts`; the program records what it was compiled for (pim/target.json,
+    raptor.isa.target), whichever compiler."""
     from raptor.isa.target_record import make_record
 
     res = _compile_model(model, arch, opts)

@@ -12,11 +12,13 @@ NORMALIZED_OPS → Graph.verify().
 from __future__ import annotations
 
 from pathlib import Path
-
-import onnx
+from typing import TYPE_CHECKING
 
 from raptor.errors import RaptorError, UnsupportedOpError
 from raptor.frontend.graph import NORMALIZED_OPS, Graph, Node
+
+if TYPE_CHECKING:  # onnx is imported by the frontend's passes, when a model is loaded
+    import onnx
 
 
 def finalize(g: Graph) -> Graph:

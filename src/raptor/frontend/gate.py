@@ -28,6 +28,7 @@ from onnx import TensorProto, helper, shape_inference
 
 from raptor.errors import ModelError
 from raptor.frontend.cleanup import force_batch_one, static_shapes
+from raptor.frontend.files import check_file
 
 # ai.onnx opsets that both pinned runtimes define (onnx 1.23: 1-28, onnxruntime 1.32: 7-28)
 SUPPORTED_OPSETS = range(7, 29)
@@ -45,24 +46,6 @@ class CheckedModel:
     opset: int
     inputs: dict[str, tuple[int, ...]] = field(default_factory=dict)  # batch forced to 1
     outputs: list[str] = field(default_factory=list)
-
-
-def check_file(path: str | Path) -> Path:
-    """The path names a non-empty regular file (the cheap part of the gate)."""
-    p = Path(path)
-    if not p.exists():
-        raise ModelError(f"{path}: no such file")
-    if p.is_dir():
-        raise ModelError(f"{path}: is a directory, not an ONNX file")
-    if not p.is_file():
-        raise ModelError(f"{path}: not a regular file")
-    try:
-        size = p.stat().st_size
-    except OSError as e:
-        raise ModelError(f"{path}: cannot read: {e.strerror}") from None
-    if size == 0:
-        raise ModelError(f"{path}: empty file, not an ONNX model")
-    return p
 
 
 def check_model(model: str | Path | onnx.ModelProto) -> CheckedModel:

@@ -45,24 +45,30 @@ def make(
     generic3=0,
 ) -> np.ndarray:
     """Build a block of records; every argument may be a scalar or an array of length n."""
-    values = {
-        "opcode": opcode,
-        "rd": rd,
-        "r1": r1,
-        "r2_or_imm": r2_or_imm,
-        "generic1": generic1,
-        "generic2": generic2,
-        "generic3": generic3,
-    }
+    values = (
+        ("opcode", opcode),
+        ("rd", rd),
+        ("r1", r1),
+        ("r2_or_imm", r2_or_imm),
+        ("generic1", generic1),
+        ("generic2", generic2),
+        ("generic3", generic3),
+    )
     if n is None:
-        sizes = {np.size(v) for v in values.values() if np.ndim(v) > 0}
+        sizes = {np.size(v) for _, v in values if not _scalar(v) and np.ndim(v) > 0}
         if len(sizes) > 1:
             raise ValueError(f"inconsistent block lengths {sorted(sizes)}")
         n = sizes.pop() if sizes else 1
     out = np.zeros(n, dtype=INST_DTYPE)
-    for key, value in values.items():
+    for key, value in values:
+        if _scalar(value) and value == 0:
+            continue  # the records already hold it
         out[key] = value
     return out
+
+
+def _scalar(v) -> bool:
+    return isinstance(v, (int, np.integer))
 
 
 def concat(blocks: list[np.ndarray]) -> np.ndarray:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-
-import onnx
+from typing import TYPE_CHECKING
 
 from raptor.errors import RaptorError
-from raptor.models.common import ACTIVATIONS, count_params
 from raptor.validation.reference import input_sensitivity
+
+if TYPE_CHECKING:  # the builders import onnx when they build: checking a name or size needs none
+    import onnx
 
 MODEL_NAMES = ("vgg8", "resnet18", "resnet34", "googlenet", "yolo11n")
 DEFAULT_INPUT_SIZE = {
@@ -69,6 +70,8 @@ def check_input_size(name: str, input_size: int | None) -> int:
 
 
 def _build(name: str, input_size: int | None, seed: int, activations: str = "probe"):
+    from raptor.models.common import ACTIVATIONS
+
     size = check_input_size(name, input_size)
     if activations not in ACTIVATIONS:
         raise RaptorError(
@@ -132,6 +135,8 @@ def save_model(
 
 def model_info(name: str) -> dict:
     """Parameter counts (independent of the input size, except vgg8's first FC) and notes."""
+    from raptor.models.common import count_params
+
     model, b = _build(name, _SMALL[name], 0)
     counts = count_params(model)
     folded = counts["folded"]

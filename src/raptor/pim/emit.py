@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from raptor.isa.opcodes import OFFSET_RD, OFFSET_RS1, Opcode
-from raptor.isa.table import interleave, make
+from raptor.isa.table import INST_DTYPE, make
 
 R_ZERO, R_IN0, R_IN1, R_OUT, R_CONST = 0, 1, 2, 3, 4
 FIRST_LOCAL, LAST_LOCAL = 5, 27
@@ -32,9 +32,26 @@ class Block:
         self.slots.append((int(op), fields))
 
     def build(self) -> np.ndarray:
+        """The records lane by lane: every slot of lane 0, then of lane 1, ... (what
+        interleaving one block per slot gives). Scalars go in one row per field, broadcast
+        over the lanes; lane arrays fill their slot's column."""
         if not self.slots or self.lanes == 0:
             return make(0, 0)
-        return interleave([make(op, self.lanes, **f) for op, f in self.slots])
+        k = len(self.slots)
+        out = np.zeros((self.lanes, k), dtype=INST_DTYPE)
+        rows: dict[str, list] = {"opcode": [op for op, _ in self.slots]}
+        columns = []
+        for i, (_, fields) in enumerate(self.slots):
+            for key, v in fields.items():
+                if not isinstance(v, (int, np.integer)):
+                    columns.append((key, i, v))
+                elif v:
+                    rows.setdefault(key, [0] * k)[i] = v
+        for key, row in rows.items():
+            out[key] = np.array(row, dtype=INST_DTYPE[key])
+        for key, i, v in columns:
+            out[key][:, i] = v
+        return out.reshape(-1)
 
 
 class Regs:

@@ -238,11 +238,13 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     pos = {n.id: i for ns in by_core.values() for i, n in enumerate(ns)}
     ev: dict[int, dict[int, int]] = {c: {} for c in cores}
     ni = dict.fromkeys(cores, 0)  # index of the current node
+    cur = {c: by_core[c][0] if by_core[c] else None for c in cores}  # the current node or None
     k = dict.fromkeys(cores, 0)  # steps of the current node done
     t = dict.fromkeys(cores, 0.0)  # when the core is free
     ver = dict.fromkeys(cores, 0)
     done = dict.fromkeys(cores, False)
-    # message id -> (producer, fed node, producer row, x0, x1, source index, source)
+    # message id -> (producer, fed node, producer row, x0, x1, source index, source, fed node's
+    # core, its position there, last step reading the slot's previous row or None)
     pending: dict[int, dict[int, tuple]] = {c: {} for c in cores}
     to: dict[int, dict[int, dict[int, tuple]]] = {c: {} for c in cores}  # pending by destination
     rows_out: dict[int, dict[int, int]] = {}  # producer node -> pending messages per output row
@@ -251,16 +253,32 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     seq = 0
     now = 0.0
 
-    def current(c: int) -> ComputeNode | None:
-        ns = by_core[c]
-        return ns[ni[c]] if ni[c] < len(ns) else None
-
-    def waits_ok(c: int, toks) -> bool:
+    def wait_counts(toks) -> tuple[tuple[int, int], ...]:
+        """(event, count) a core must have received before it passes the waits of `toks`."""
         counts: dict[int, int] = {}
         for tk in toks:
             if tk.kind == TokenKind.WAIT:
                 counts[tk.event] = counts.get(tk.event, 0) + tk.value
-        return all(ev[c].get(e, 0) >= v for e, v in counts.items())
+        return tuple(counts.items())
+
+    def waits_ok(c: int, counts: tuple[tuple[int, int], ...]) -> bool:
+        reg = ev[c]
+        for e, v in counts:
+            if reg.get(e, 0) < v:
+                return False
+        return True
+
+    end_waits = {c: wait_counts(sg.tokens_end.get(c, [])) for c in cores}
+    step_waits: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}  # (node, step) -> counts
+    # the (have key, columns) each step of a fed node needs received
+    need_cols = {
+        n.id: [
+            [((n.id, r, si), m) for x, r, m in rows for si in srcs_of[n.layer, x]]
+            for rows in need[n.id]
+        ]
+        for n in sg.nodes
+        if n.id in need
+    }
 
     def before(n: ComputeNode, j: int) -> list:
         st = steps[n.id]
@@ -279,6 +297,9 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         return toks
 
     memo: dict[int, bool] = {}  # ready() of each core while no event runs (offers only push)
+    # whether a reduction tree's members all sit at the same step of it, ready, while no event
+    # runs (the same for whichever member asks): keyed by the tree's first node id
+    tree_memo: dict[int, bool] = {}
 
     def ready(c: int) -> bool:
         r = memo.get(c)
@@ -291,50 +312,65 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         out_rows steps earlier is sent), entering its next node, or ending its round."""
         if done[c]:
             return False
-        n = current(c)
+        n = cur[c]
         if n is None:
-            return not pending[c] and waits_ok(c, sg.tokens_end.get(c, []))
+            return not pending[c] and waits_ok(c, end_waits[c])
         j = k[c]
-        if j == len(steps[n.id]):
+        st = steps[n.id]
+        if j == len(st):
             return True  # rows still to send stay in the node's persistent output rows
         if pending[c] and n.id in plan.out_rows:
             keep = plan.out_rows[n.id]
-            oy = steps[n.id][j].oy
+            oy = st[j].oy
             if any(r <= oy - keep for r in rows_out.get(n.id, ())):
                 return False
-        if not waits_ok(c, before(n, j)):
+        w = step_waits.get((n.id, j))
+        if w is None:
+            w = step_waits[n.id, j] = wait_counts(before(n, j))
+        if not waits_ok(c, w):
             return False
-        if n.id not in need:
+        per_step = need_cols.get(n.id)
+        if per_step is None:
             return True
-        return all(
-            have[n.id, r, si] & m == m for x, r, m in need[n.id][j] for si in srcs_of[n.layer, x]
-        )
+        for key, m in per_step[j]:
+            if have[key] & m != m:
+                return False
+        return True
 
-    def slot_free(m: ComputeNode, src: Source, r: int) -> bool:
-        """The persistent slot that producer row r of `src` goes to in node m holds no row m
-        still reads."""
-        x, r = src.input, plan.consumer_row(src, r)[0]
-        d = m.core
-        at = pos[m.id]
-        if at < ni[d]:
+    def slot_free(d: int, at: int, lu: int | None) -> bool:
+        """The persistent slot a message's row goes to (row r of input x of consumer m, m at
+        position `at` on its core d; `lu` the last step of m that reads the slot's previous row,
+        None when there is none) holds no row m still reads."""
+        nd = ni[d]
+        if at < nd:
             return False
-        p = prev_in_slot[m.id, x, r]
-        return p < 0 or (at == ni[d] and last_use[m.id, x, p] < k[d])
+        return lu is None or (at == nd and lu < k[d])
 
     def key(c: int) -> tuple[int, int]:
         """The message slot core c is in: after step k of its current node, or the end of its
         last node once all its nodes ran."""
-        n = current(c)
+        n = cur[c]
         if n is None:
             n = by_core[c][-1]
             return (n.id, len(steps[n.id]))
         return (n.id, k[c])
 
+    # the (time, versions) of the last event pushed for each message id (an exchange) or core
+    # tuple (a step): an event equal to it is still in the heap, ahead of any copy pushed now,
+    # and whichever way it pops (it runs and touches its cores, or it is stale) the copy would
+    # pop stale, so the copy is not pushed
+    last: dict = {}
+
     def push(when: float, what: str, cs: tuple[int, ...], arg=None) -> None:
         nonlocal seq
+        vs = tuple([ver[x] for x in cs])
+        tag = cs if arg is None else arg
+        if last.get(tag) == (when, vs):
+            return
+        last[tag] = (when, vs)
         seq += 1
         # at equal times exchanges go first: they are short and free both cores
-        heapq.heappush(heap, (when, what == "step", seq, what, cs, tuple(ver[x] for x in cs), arg))
+        heapq.heappush(heap, (when, what == "step", seq, what, cs, vs, arg))
 
     def offer(c: int) -> None:
         """Push the events core c can take part in now. A step waits while one of the core's
@@ -344,29 +380,34 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         # runs first and moves both cores on (staling the rest): push only that one
         soon = INF
         paired: set[int] = set()
-        for mid, (_, m, r, _, _, _, src) in pending[c].items():
-            if m.core not in paired and slot_free(m, src, r):
-                paired.add(m.core)
-                when = max(t[c], t[m.core], now)
+        for mid, (*_, d, at, lu) in pending[c].items():
+            if d not in paired and slot_free(d, at, lu):
+                paired.add(d)
+                when = max(t[c], t[d], now)
                 soon = min(soon, when)
-                push(when, "xchg", (c, m.core), mid)
+                push(when, "xchg", (c, d), mid)
         for p in inbound[c]:
-            for mid, (_, m, r, _, _, _, src) in to[p].get(c, {}).items():
-                if slot_free(m, src, r):
+            for mid, (*_, d, at, lu) in to[p].get(c, {}).items():
+                if slot_free(d, at, lu):
                     when = max(t[p], t[c], now)
                     soon = min(soon, when)
                     push(when, "xchg", (p, c), mid)
                     break
         if not ready(c):
             return
-        n = current(c)
+        n = cur[c]
         members = gang.get(n.id) if n is not None and k[c] < len(steps[n.id]) else None
         if members is None:
             cs = (c,)
-        elif all(current(m.core) is m and k[m.core] == k[c] and ready(m.core) for m in members):
-            cs = tuple(m.core for m in members)
         else:
-            return
+            ok = tree_memo.get(members[0].id)
+            if ok is None:
+                ok = tree_memo[members[0].id] = all(
+                    cur[m.core] is m and k[m.core] == k[c] and ready(m.core) for m in members
+                )
+            if not ok:
+                return
+            cs = tuple(m.core for m in members)
         start = max(now, *(t[x] for x in cs))
         if n is not None and k[c] < len(steps[n.id]):
             s = steps[n.id][k[c]]
@@ -378,7 +419,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         ver[c] += 1
 
     def run(c: int, when: float, woke: set[int]) -> None:
-        n = current(c)
+        n = cur[c]
         if n is None:
             for tk in sg.tokens_end.get(c, []):
                 if tk.kind == TokenKind.WAIT:
@@ -388,6 +429,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         j = k[c]
         if j == len(steps[n.id]):
             ni[c] += 1
+            cur[c] = by_core[c][ni[c]] if ni[c] < len(by_core[c]) else None
             k[c] = 0
             woke.update(inbound[c])
             return
@@ -409,10 +451,13 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             for m, si in plan.targets[n.id]:
                 src = plan.sources[m.layer][si]
                 cr, shift = plan.consumer_row(src, s.oy)
-                for a, b in _runs((seg << shift) & want.get((m.id, src.input, cr), 0)):
+                x = src.input
+                p = prev_in_slot.get((m.id, x, cr), -1)
+                lu = last_use[m.id, x, p] if p >= 0 else None
+                for a, b in _runs((seg << shift) & want.get((m.id, x, cr), 0)):
                     a, b = a - shift, b - shift
                     mid = next(ids)
-                    msg = (n, m, s.oy, a, b, si, src)
+                    msg = (n, m, s.oy, a, b, si, src, m.core, pos[m.id], lu)
                     pending[c][mid] = to[c].setdefault(m.core, {})[mid] = msg
                     per_row = rows_out.setdefault(n.id, {})
                     per_row[s.oy] = per_row.get(s.oy, 0) + 1
@@ -429,7 +474,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         offer(c)
     while heap:
         when, _, _, what, cs, vs, mid = heapq.heappop(heap)
-        if any(ver[x] != v for x, v in zip(cs, vs)):
+        if tuple([ver[x] for x in cs]) != vs:
             continue
         now = max(now, when)
         woke: set[int] = set(cs)
@@ -441,7 +486,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             p, d = cs
             if mid not in pending[p]:
                 continue
-            n, m, r, x0, x1, si, src = pending[p].pop(mid)
+            n, m, r, x0, x1, si, src = pending[p].pop(mid)[:7]
             del to[p][d][mid]
             per_row = rows_out[n.id]
             per_row[r] -= 1
@@ -465,10 +510,11 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         extra = set()
         for x in woke:
             extra.update(inbound[x])
-            n = current(x)
+            n = cur[x]
             if n is not None and n.id in gang:
                 extra.update(m.core for m in gang[n.id])
         memo.clear()
+        tree_memo.clear()
         for x in woke | extra:
             offer(x)
     if not all(done.values()):

@@ -133,6 +133,7 @@ def invocations(
                 f"ablation/{v}",
                 "--results-dir",
                 str(Path(args.out_dir) / "ablation" / v / "parts" / part),
+                "--no-chart",
                 *mode_args,
                 *forwarded,
                 *runner_defaults(forwarded),

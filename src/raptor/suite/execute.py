@@ -73,12 +73,22 @@ def _compile(spec: CaseSpec, compiler: str, out: Path, log: io.StringIO) -> dict
             return cached
     # a compile that dies half-way must never leave a valid-looking report beside its pim/
     report_path.unlink(missing_ok=True)
+    # the case's other variants and modes reuse this model's imported graph
+    model = frontend_cache(spec) if spec.fast else args.model
     report = compile_to_dir(
-        args.model, load_arch(args.arch), compile_options(args), out, emit_json=args.pim_emit_json
+        model, load_arch(args.arch), compile_options(args), out, emit_json=args.pim_emit_json
     )
     report["cache_key"] = key
     _atomic_json(report_path, report)
     return report
+
+
+def frontend_cache(spec: CaseSpec):
+    """The case's model file with its imported graph kept under the model's artifacts/common
+    (raptor.frontend.cache), for this code."""
+    from raptor.frontend.cache import CachedModel
+
+    return CachedModel(spec.model_path, spec.common_dir, code_fingerprint())
 
 
 @functools.cache

@@ -84,20 +84,40 @@ class SerialExecutor(Executor):
 def _worker_init() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["OMP_NUM_THREADS"] = "1"
+    try:  # what every case imports, loaded while the runner prepares the models
+        import raptor.compiler  # noqa: F401
+        import raptor.sim  # noqa: F401
+        import raptor.validation.compare  # noqa: F401
+    except Exception:  # noqa: BLE001 - the case itself reports an import that fails
+        pass
 
 
 class PoolExecutor(Executor):
+    """A spawn pool; entering the executor starts its workers (they import the case modules
+    while the runner prepares the models), `run` starts them when it was not entered."""
+
     def __init__(self, jobs: int):
         self.jobs = jobs
         self.description = f"{jobs} jobs"
+        self.pool = None
+
+    def __enter__(self):
+        self._start()
+        return self
+
+    def _start(self):
+        if self.pool is None:
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("spawn")
+            self.pool = ctx.Pool(self.jobs, initializer=_worker_init, maxtasksperchild=4)
+        return self.pool
 
     def run(self, specs):
-        import multiprocessing
-
         from raptor.suite.execute import run_case
 
-        ctx = multiprocessing.get_context("spawn")
-        pool = ctx.Pool(self.jobs, initializer=_worker_init, maxtasksperchild=4)
+        pool = self._start()
+        self.pool = None  # a later run starts a new pool
         try:
             yield from pool.imap_unordered(run_case, specs)
             pool.close()
@@ -106,6 +126,12 @@ class PoolExecutor(Executor):
             pool.terminate()
             pool.join()
             raise
+
+    def close(self) -> None:
+        if self.pool is not None:  # entered but never run (the models could not be prepared)
+            self.pool.terminate()
+            self.pool.join()
+            self.pool = None
 
 
 # --- Dask -----------------------------------------------------------------------------------

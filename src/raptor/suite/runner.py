@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import re
 import signal
 import sys
 import time
@@ -148,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--artifact-subdir", default="", help=argparse.SUPPRESS)
     p.add_argument("--results-dir", default=None, help=argparse.SUPPRESS)
+    # the ablation's parts: their results are combined and the parts removed, so no chart
+    p.add_argument("--no-chart", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
@@ -177,9 +180,11 @@ def make_console():
 
 def prepare_models(specs: list[CaseSpec], console) -> None:
     """Build each model once and its reference data once, before any case runs; every model
-    file passes the import gate (raptor.frontend.gate) first."""
-    from raptor.frontend.gate import check_model
+    file passes the import gate (raptor.frontend.gate) first, unless the frontend cache the
+    cases compile from (raptor.frontend.cache) already holds its graph: the gate passed on
+    those bytes with this code when the graph was imported."""
     from raptor.models import save_model
+    from raptor.suite.execute import frontend_cache
     from raptor.validation.reference import ensure_reference
 
     seen: dict[str, int] = {}
@@ -192,7 +197,10 @@ def prepare_models(specs: list[CaseSpec], console) -> None:
         if not s.fast or not s.model_path.is_file() or not _model_matches(s):
             save_model(model, s.model_path, input_size=s.input_size, seed=s.seed)
             _write_model_key(s)
-        check_model(s.model_path)
+        if not (s.fast and frontend_cache(s).holds_graph()):
+            from raptor.frontend.gate import check_model
+
+            check_model(s.model_path)
         ensure_reference(s.model_path, s.common_dir, n_inputs, seed=s.seed, fast=s.fast)
         console.log(
             f"[bold]{model}[/]: model and reference data ready ({time.perf_counter() - t0:.1f} s)"
@@ -284,7 +292,7 @@ def run_cases(specs: list[CaseSpec], executor, console) -> list[CaseResult]:
         transient=False,
     ) as progress:
         task = progress.add_task(f"{len(specs)} cases, {executor.description}", total=len(specs))
-        for res in executor.run(specs):
+        for res in executor.run(longest_first(specs)):
             results.append(res)
             status = " ".join(
                 f"{k}={v.status}" for k, v in res.results.items() if v.status != "SKIPPED"
@@ -297,6 +305,32 @@ def run_cases(specs: list[CaseSpec], executor, console) -> list[CaseResult]:
     order = {s.key: i for i, s in enumerate(specs)}
     results.sort(key=lambda r: order[r.spec.key])
     return results
+
+
+def previous_wall(spec: CaseSpec) -> float:
+    """The longest wall time an earlier run of this case recorded (its case.log, or for an
+    ablation case those of the other variants beside it), 0.0 when none did."""
+    logs = [spec.case_dir / "case.log"]
+    if spec.artifact_subdir:
+        logs += spec.case_dir.parent.glob("*/case.log")
+    walls = [0.0]
+    for log in logs:
+        try:
+            text = log.read_text()
+        except OSError:
+            continue
+        m = re.search(r"^wall time ([0-9.]+) s$", text, re.MULTILINE)
+        if m:
+            walls.append(float(m.group(1)))
+    return max(walls)
+
+
+def longest_first(specs: list[CaseSpec]) -> list[CaseSpec]:
+    """The cases in the order to start them: longest first by their earlier runs
+    (previous_wall), so that the last ones to finish are short and no worker waits long for
+    the others at the end; the given order for cases never run (a stable sort)."""
+    walls = {s.key: previous_wall(s) for s in specs}
+    return sorted(specs, key=lambda s: -walls[s.key])
 
 
 def summary_table(results: list[CaseResult], title: str):
@@ -409,9 +443,10 @@ def main(argv: list[str] | None = None) -> int:
     csv_path = results_dir / "results_comparison.csv"
     write_csv(csv_path, COMPARISON_COLUMNS, [comparison_row(r) for r in results])
     try:
-        from raptor.suite.charts import comparison_chart
+        if not args.no_chart:
+            from raptor.suite.charts import comparison_chart
 
-        comparison_chart(results, csv_path.with_suffix(".png"))
+            comparison_chart(results, csv_path.with_suffix(".png"))
     except Exception as e:  # noqa: BLE001 - a chart failure must not hide the results
         console.print(f"[yellow]chart not written: {e}[/]")
     console.print(

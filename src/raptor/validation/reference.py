@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
+
+from raptor.frontend.files import sha256_file
+
+if TYPE_CHECKING:  # imported where a model is read: a cached reference needs no onnx
+    import onnx
 
 META_VERSION = 1
 
@@ -40,14 +44,6 @@ class ReferenceData:
     model_sha256: str = ""
     cached: bool = False  # True when loaded from common_dir rather than computed now
     paths: dict[str, str] = field(default_factory=dict)
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def make_inputs(sess, n_inputs: int, seed: int) -> list[dict[str, np.ndarray]]:
@@ -82,6 +78,8 @@ def _session(model: onnx.ModelProto):
 
 
 def _with_all_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    import onnx
+
     m = onnx.ModelProto()
     m.CopyFrom(model)
     have = {o.name for o in m.graph.output}
@@ -201,7 +199,7 @@ def ensure_reference(
     """Return seeded inputs and onnxruntime outputs for the model, cached under common_dir."""
     if n_inputs < 1:
         raise ValueError("n_inputs must be >= 1")
-    from raptor.frontend.gate import check_file
+    from raptor.frontend.files import check_file
 
     model_path = check_file(model_path)  # the whole gate runs when the data is generated
     common_dir = Path(common_dir)
@@ -265,6 +263,7 @@ def input_sensitivity(
     """How much the output depends on the input: RMS over output elements of the std across
     `n_inputs` seeded standard-normal inputs, divided by the RMS of the outputs. 0 for a
     constant model, about 1 when outputs are input-driven and centred."""
+    import onnx
     import onnxruntime as ort
 
     data = (
