@@ -378,14 +378,19 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         wait for the whole step (rendezvous)."""
         # the exchanges of one core pair are all due at the same time and the first one pushed
         # runs first and moves both cores on (staling the rest): push only that one
+        # (pushed in message-id order, as a scan of all of c's pending messages would)
         soon = INF
-        paired: set[int] = set()
-        for mid, (*_, d, at, lu) in pending[c].items():
-            if d not in paired and slot_free(d, at, lu):
-                paired.add(d)
-                when = max(t[c], t[d], now)
-                soon = min(soon, when)
-                push(when, "xchg", (c, d), mid)
+        first = []
+        for d, msgs in to[c].items():
+            for mid, (*_, at, lu) in msgs.items():
+                if slot_free(d, at, lu):
+                    first.append((mid, d))
+                    break
+        first.sort()
+        for mid, d in first:
+            when = max(t[c], t[d], now)
+            soon = min(soon, when)
+            push(when, "xchg", (c, d), mid)
         for p in inbound[c]:
             for mid, (*_, d, at, lu) in to[p].get(c, {}).items():
                 if slot_free(d, at, lu):
@@ -487,7 +492,10 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             if mid not in pending[p]:
                 continue
             n, m, r, x0, x1, si, src = pending[p].pop(mid)[:7]
-            del to[p][d][mid]
+            to_d = to[p][d]
+            del to_d[mid]
+            if not to_d:
+                del to[p][d]
             per_row = rows_out[n.id]
             per_row[r] -= 1
             if not per_row[r]:
@@ -499,7 +507,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             have[m.id, cr, si] |= (1 << (x1 + shift)) - (1 << (x0 + shift))
             size = sum(z for _, z in sends)
             t[p] = t[d] = when + (flits(arch, size) + len(sends) - 1) * link_latency_ns(arch, p, d)
-            if not to[p][d]:
+            if d not in to[p]:
                 inbound[d].discard(p)
             touch(p)
             touch(d)
