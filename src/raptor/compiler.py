@@ -100,9 +100,8 @@ def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) ->
 
     from raptor.pim.codegen import generate
     from raptor.spatial.build import build_spatial
-    from raptor.spatial.message_order import OrderStuck, order_messages
+    from raptor.spatial.message_order import OrderStuck
     from raptor.spatial.noc import demote_pairs
-    from raptor.spatial.passes import round_passes
     from raptor.spatial.planning import estimates
 
     sg = timed("build-spatial", build_spatial, graph, arch.element_bytes, arch.matrix.rows)
@@ -110,16 +109,11 @@ def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) ->
     meta = {"compiler": "raptor", "arch": arch.name, "mode": opts.mode, "pipeline": opts.pipeline}
     failure = "no program"
     for _ in range(MAX_NOC_ROUNDS):
-        ordered = first is not None  # synchronized and ordered while planning
-        if ordered:
+        if first is not None:  # synchronized and ordered while planning
             sg, first = first, None
         else:
-            sg = planned
-            for p in round_passes(opts):
-                sg = timed(p.name, p.apply, arch, sg)
-        if sg.noc is not None and not ordered:
             try:
-                sg.noc.comm = timed("noc-message-order", order_messages, arch, sg)
+                sg = _round(arch, planned, opts, timed)
             except OrderStuck as e:
                 if not demote_pairs(planned, planned.noc, e.pairs, "order"):
                     raise PassFailedError(f"NoC message order: {e}") from None
@@ -142,6 +136,21 @@ def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) ->
     )
 
 
+def _round(arch: Arch, planned, opts: CompileOptions, timed: PassTimer):
+    """One round of the NoC demotion loop up to code generation: the round passes
+    (synchronization) on the planned graph, then the NoC message order when the graph has a NoC
+    plan (raises message_order.OrderStuck)."""
+    from raptor.spatial.message_order import order_messages
+    from raptor.spatial.passes import round_passes
+
+    sg = planned
+    for p in round_passes(opts):
+        sg = timed(p.name, p.apply, arch, sg)
+    if sg.noc is not None:
+        sg.noc.comm = timed("noc-message-order", order_messages, arch, sg)
+    return sg
+
+
 def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer):
     """Run the Spatial passes; returns the planned graph and, when the planner had a choice, the
     graph of its first round (synchronized, messages ordered) so the round loop does not redo it.
@@ -150,8 +159,8 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer):
     contiguous ranges per replica and with chunks, and the compiler keeps the plan whose message
     order (an execution on estimated times) ends first; chunks must be strictly better. A plan in
     which no layer gets more than one chunk is the contiguous plan, which then runs alone."""
-    from raptor.spatial.message_order import OrderStuck, order_messages
-    from raptor.spatial.passes import round_passes, spatial_passes
+    from raptor.spatial.message_order import OrderStuck
+    from raptor.spatial.passes import spatial_passes
     from raptor.spatial.planning import SpatialPlanningPass
 
     passes = spatial_passes(opts)
@@ -171,17 +180,14 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer):
             planned = timed(p.name, p.apply, arch, planned)
         if chunks and not any(n.chunk for n in planned.nodes):
             continue  # no layer to interleave: the same plan as contiguous ranges
-        first = planned
-        for p in round_passes(opts):
-            first = timed(p.name, p.apply, arch, first)
         try:
-            first.noc.comm = timed("noc-message-order", order_messages, arch, first)
+            first = _round(arch, planned, opts, timed)
             est = first.noc.estimated_ns
-        except OrderStuck:
-            first.noc.comm, est = None, math.inf
+        except OrderStuck:  # the round loop demotes and retries on this plan if it is kept
+            first, est = None, math.inf
         sg.notes.plan_estimates_ns["chunked" if chunks else "contiguous"] = est
         if best is None or est <= best[0]:  # chunks must be strictly better
-            best = (est, planned, first if first.noc.comm is not None else None)
+            best = (est, planned, first)
     return best[1], best[2]
 
 

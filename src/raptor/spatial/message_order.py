@@ -243,10 +243,10 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     t = dict.fromkeys(cores, 0.0)  # when the core is free
     ver = dict.fromkeys(cores, 0)
     done = dict.fromkeys(cores, False)
-    # message id -> (producer, fed node, producer row, x0, x1, source index, source, fed node's
-    # core, its position there, last step reading the slot's previous row or None)
-    pending: dict[int, dict[int, tuple]] = {c: {} for c in cores}
-    to: dict[int, dict[int, dict[int, tuple]]] = {c: {} for c in cores}  # pending by destination
+    # pending messages: producer core -> destination core -> message id -> (producer, fed node,
+    # producer row, x0, x1, source index, source, fed node's core, its position there, last step
+    # reading the slot's previous row or None); a destination with none left is dropped
+    to: dict[int, dict[int, dict[int, tuple]]] = {c: {} for c in cores}
     rows_out: dict[int, dict[int, int]] = {}  # producer node -> pending messages per output row
     inbound: dict[int, set[int]] = {c: set() for c in cores}  # producer cores holding rows for c
     heap: list[tuple] = []
@@ -314,12 +314,12 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             return False
         n = cur[c]
         if n is None:
-            return not pending[c] and waits_ok(c, end_waits[c])
+            return not to[c] and waits_ok(c, end_waits[c])
         j = k[c]
         st = steps[n.id]
         if j == len(st):
             return True  # rows still to send stay in the node's persistent output rows
-        if pending[c] and n.id in plan.out_rows:
+        if n.id in plan.out_rows:
             keep = plan.out_rows[n.id]
             oy = st[j].oy
             if any(r <= oy - keep for r in rows_out.get(n.id, ())):
@@ -463,7 +463,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
                     a, b = a - shift, b - shift
                     mid = next(ids)
                     msg = (n, m, s.oy, a, b, si, src, m.core, pos[m.id], lu)
-                    pending[c][mid] = to[c].setdefault(m.core, {})[mid] = msg
+                    to[c].setdefault(m.core, {})[mid] = msg
                     per_row = rows_out.setdefault(n.id, {})
                     per_row[s.oy] = per_row.get(s.oy, 0) + 1
                     inbound[m.core].add(c)
@@ -489,11 +489,10 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
                 touch(c)
         else:
             p, d = cs
-            if mid not in pending[p]:
+            to_d = to[p].get(d)
+            if to_d is None or mid not in to_d:
                 continue
-            n, m, r, x0, x1, si, src = pending[p].pop(mid)[:7]
-            to_d = to[p][d]
-            del to_d[mid]
+            n, m, r, x0, x1, si, src = to_d.pop(mid)[:7]
             if not to_d:
                 del to[p][d]
             per_row = rows_out[n.id]
@@ -526,7 +525,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         for x in woke | extra:
             offer(x)
     if not all(done.values()):
-        pairs = {(c, msg[1].core) for c in cores for msg in pending[c].values()}
+        pairs = {(c, d) for c in cores for d in to[c]}
         if not pairs:  # blocked on rows not yet produced: every fed edge into a stuck core
             stuck = {c for c in cores if not done[c]}
             pairs = {

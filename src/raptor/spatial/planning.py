@@ -193,9 +193,10 @@ class SpatialPlanningPass:
         if self.span_share is not None:
             span = max(1, int(len(sg.layers) * self.span_share))
         last_err: PassFailedError | None = None
+        fed = noc_edges(sg) if self.chunks and self.noc else None
         for scale in (1.0, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.0):
             reps, splits = choose_replication(arch, sg, scale, self.latency, self.noc)
-            chunks = choose_chunks(sg, reps, noc_edges(sg)) if self.chunks and self.noc else {}
+            chunks = choose_chunks(sg, reps, fed) if fed is not None else {}
             nodes = make_nodes(sg, arch, reps, splits, chunks)
             times = np.array([node_ns(arch, sg.layers[n.layer], n) for n in nodes])
             try:
