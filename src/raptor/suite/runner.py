@@ -15,6 +15,7 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from raptor.suite.cases import (
@@ -179,7 +180,24 @@ def make_console():
 
 
 def prepare_models(specs: list[CaseSpec], console) -> None:
-    """Build each model once and its reference data once, before any case runs; every model
+    """Build each model once and its reference data once, before any case runs (see
+    `prepare_model`)."""
+    for s, n_inputs in _models(specs).values():
+        prepare_model(s, n_inputs, console)
+
+
+def _models(specs: list[CaseSpec]) -> dict[str, tuple[CaseSpec, int]]:
+    """Each model of specs (in the order of its first case) with that case and the most inputs
+    any of its cases streams."""
+    out: dict[str, tuple[CaseSpec, int]] = {}
+    for s in specs:
+        first, n = out.get(s.model, (s, 0))
+        out[s.model] = (first, max(n, s.pipeline))
+    return out
+
+
+def prepare_model(s: CaseSpec, n_inputs: int, console) -> None:
+    """Build the model of case s once and its reference data for n_inputs inputs; the model
     file passes the import gate (raptor.frontend.gate) first, unless the frontend cache the
     cases compile from (raptor.frontend.cache) already holds its graph: the gate passed on
     those bytes with this code when the graph was imported."""
@@ -187,24 +205,37 @@ def prepare_models(specs: list[CaseSpec], console) -> None:
     from raptor.suite.execute import frontend_cache
     from raptor.validation.reference import ensure_reference
 
-    seen: dict[str, int] = {}
-    for s in specs:
-        seen[s.model] = max(seen.get(s.model, 0), s.pipeline)
-    first = {s.model: s for s in specs}
-    for model, n_inputs in seen.items():
-        s = first[model]
-        t0 = time.perf_counter()
-        if not s.fast or not s.model_path.is_file() or not _model_matches(s):
-            save_model(model, s.model_path, input_size=s.input_size, seed=s.seed)
-            _write_model_key(s)
-        if not (s.fast and frontend_cache(s).holds_graph()):
-            from raptor.frontend.gate import check_model
+    t0 = time.perf_counter()
+    if not s.fast or not s.model_path.is_file() or not _model_matches(s):
+        save_model(s.model, s.model_path, input_size=s.input_size, seed=s.seed)
+        _write_model_key(s)
+    if not (s.fast and frontend_cache(s).holds_graph()):
+        from raptor.frontend.gate import check_model
 
-            check_model(s.model_path)
-        ensure_reference(s.model_path, s.common_dir, n_inputs, seed=s.seed, fast=s.fast)
+        check_model(s.model_path)
+    ensure_reference(s.model_path, s.common_dir, n_inputs, seed=s.seed, fast=s.fast)
+    if console is not None:
         console.log(
-            f"[bold]{model}[/]: model and reference data ready ({time.perf_counter() - t0:.1f} s)"
+            f"[bold]{s.model}[/]: model and reference data ready ({time.perf_counter() - t0:.1f} s)"
         )
+
+
+def prepared_cases(specs: list[CaseSpec], console, failure: list[Exception]) -> Iterator[CaseSpec]:
+    """The cases longest first (longest_first), each model prepared (prepare_model) just before
+    its first case is handed out, so that the workers run the cases of the models already
+    prepared while the next one is built. A model that cannot be prepared ends the sequence:
+    its error is appended to failure and no later case is handed out."""
+    models = _models(specs)
+    done: set[str] = set()
+    for s in longest_first(specs):
+        if s.model not in done:
+            try:
+                prepare_model(models[s.model][0], models[s.model][1], console)
+            except Exception as e:  # noqa: BLE001 - reported by the caller once the run ends
+                failure.append(e)
+                return
+            done.add(s.model)
+        yield s
 
 
 def _model_key(s: CaseSpec) -> str:
@@ -271,8 +302,11 @@ def write_csv(path: Path, columns: list[str], rows: list[dict[str, str]]) -> Non
     os.replace(tmp, path)
 
 
-def run_cases(specs: list[CaseSpec], executor, console) -> list[CaseResult]:
-    """Run the cases through an executor (or `--jobs N` as an int) with progress.
+def run_cases(
+    specs: list[CaseSpec], executor, console, order: Iterable[CaseSpec] | None = None
+) -> list[CaseResult]:
+    """Run the cases through an executor (or `--jobs N` as an int) with progress, handed out
+    in `order` (default: longest_first); results come back in the order of specs.
 
     Ctrl+C stops every queued and running case (the executor's job) and re-raises.
     """
@@ -292,7 +326,7 @@ def run_cases(specs: list[CaseSpec], executor, console) -> list[CaseResult]:
         transient=False,
     ) as progress:
         task = progress.add_task(f"{len(specs)} cases, {executor.description}", total=len(specs))
-        for res in executor.run(longest_first(specs)):
+        for res in executor.run(longest_first(specs) if order is None else order):
             results.append(res)
             status = " ".join(
                 f"{k}={v.status}" for k, v in res.results.items() if v.status != "SKIPPED"
@@ -309,10 +343,16 @@ def run_cases(specs: list[CaseSpec], executor, console) -> list[CaseResult]:
 
 def previous_wall(spec: CaseSpec) -> float:
     """The longest wall time an earlier run of this case recorded (its case.log, or for an
-    ablation case those of the other variants beside it), 0.0 when none did."""
+    ablation case those of the other variants beside it); for a case never run, the longest of
+    any other case of the same model (another arch or mode: the models' sizes rank alike);
+    0.0 when none did."""
     logs = [spec.case_dir / "case.log"]
     if spec.artifact_subdir:
         logs += spec.case_dir.parent.glob("*/case.log")
+    return _longest_wall(logs) or _longest_wall((spec.model_dir / "artifacts").glob("**/case.log"))
+
+
+def _longest_wall(logs) -> float:
     walls = [0.0]
     for log in logs:
         try:
@@ -423,17 +463,18 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         with executor:
-            try:
-                prepare_models(specs, console)
-            except RaptorError as e:
+            failure: list[Exception] = []
+            results = run_cases(specs, executor, console, prepared_cases(specs, console, failure))
+            if failure:
+                if not isinstance(failure[0], RaptorError):
+                    raise failure[0]
                 console.print(
-                    f"run_pimcomp_models.py: error: {e}",
+                    f"run_pimcomp_models.py: error: {failure[0]}",
                     soft_wrap=True,
                     highlight=False,
                     markup=False,
                 )
                 return 2
-            results = run_cases(specs, executor, console)
     except KeyboardInterrupt:
         console.print(
             "[red]interrupted: every queued and running case stopped, no results written[/]"
