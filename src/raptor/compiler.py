@@ -36,6 +36,9 @@ from raptor.spatial.ir import BufferRole
 
 # NoC edges returned to host memory after a failed deadlock check, at most this many times
 MAX_NOC_ROUNDS = 64
+# Repacking rounds per plan variant (_plan): nodes placed by the load within their layers' time
+# windows of the previous estimated execution; a round that does not shorten it ends the variant.
+REPACK_ROUNDS = 3
 
 
 def _load(model) -> Graph:
@@ -159,7 +162,6 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer):
     contiguous ranges per replica and with chunks, and the compiler keeps the plan whose message
     order (an execution on estimated times) ends first; chunks must be strictly better. A plan in
     which no layer gets more than one chunk is the contiguous plan, which then runs alone."""
-    from raptor.spatial.message_order import OrderStuck
     from raptor.spatial.passes import spatial_passes
     from raptor.spatial.planning import SpatialPlanningPass
 
@@ -180,15 +182,42 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer):
             planned = timed(p.name, p.apply, arch, planned)
         if chunks and not any(n.chunk for n in planned.nodes):
             continue  # no layer to interleave: the same plan as contiguous ranges
-        try:
-            first = _round(arch, planned, opts, timed)
-            est = first.noc.estimated_ns
-        except OrderStuck:  # the round loop demotes and retries on this plan if it is kept
-            first, est = None, math.inf
-        sg.notes.plan_estimates_ns["chunked" if chunks else "contiguous"] = est
+        est, first = _trial(arch, planned, opts, timed)
+        label = "chunked" if chunks else "contiguous"
+        sg.notes.plan_estimates_ns[label] = est
         if best is None or est <= best[0]:  # chunks must be strictly better
             best = (est, planned, first)
+        # repack by time windows: each round places the nodes by the load within their layers'
+        # windows in the last kept execution of this variant (merging.pack_balanced)
+        kept = (est, first)
+        for r in range(1, REPACK_ROUNDS + 1):
+            if kept[1] is None:
+                break
+            windows = {i: (a, b) for i, (a, b) in kept[1].noc.timeline.items()}
+            planned = sg
+            for p in [replace(passes[at], chunks=chunks, windows=windows), *passes[at + 1 :]]:
+                planned = timed(p.name, p.apply, arch, planned)
+            est, first = _trial(arch, planned, opts, timed)
+            sg.notes.plan_estimates_ns[f"{label}_repacked{r}"] = est
+            if est >= kept[0]:
+                break
+            kept = (est, first)
+            if est < best[0]:
+                best = (est, planned, first)
     return best[1], best[2]
+
+
+def _trial(arch: Arch, planned, opts: CompileOptions, timed: PassTimer):
+    """(estimated end, first round) of a candidate plan: its message order, an execution on
+    estimated times; (inf, None) when the order gets stuck (the round loop demotes and retries on
+    this plan if it is kept)."""
+    from raptor.spatial.message_order import OrderStuck
+
+    try:
+        first = _round(arch, planned, opts, timed)
+        return first.noc.estimated_ns, first
+    except OrderStuck:
+        return math.inf, None
 
 
 def _pixel_chunks(sg) -> dict[str, int]:
