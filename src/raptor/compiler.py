@@ -158,16 +158,23 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer):
     """Run the Spatial passes; returns the planned graph and, when the planner had a choice, the
     graph of its first round (synchronized, messages ordered) so the round loop does not redo it.
 
-    With pixel chunks on (spatial/planning.py), the planning and NoC passes run twice, with
-    contiguous ranges per replica and with chunks, and the compiler keeps the plan whose message
-    order (an execution on estimated times) ends first; chunks must be strictly better. A plan in
-    which no layer gets more than one chunk is the contiguous plan, which then runs alone."""
+    With the NoC dataflow, the compiler compares candidate plans by their message order (an
+    execution on estimated times) and keeps the one that ends first. With pixel chunks on
+    (spatial/planning.py), the planning and NoC passes run with contiguous ranges per replica and
+    with chunks; chunks must be strictly better, and a plan in which no layer gets more than one
+    chunk is the contiguous plan, which then runs alone. Unless window packing is disabled, each
+    variant is then repacked (`_repack`) while that shortens its estimate."""
     from raptor.spatial.passes import spatial_passes
     from raptor.spatial.planning import SpatialPlanningPass
 
     passes = spatial_passes(opts)
     at = next(
-        (i for i, p in enumerate(passes) if isinstance(p, SpatialPlanningPass) and p.chunks), None
+        (
+            i
+            for i, p in enumerate(passes)
+            if isinstance(p, SpatialPlanningPass) and p.noc and (p.chunks or _window_packing(opts))
+        ),
+        None,
     )
     if at is None:
         for p in passes:
@@ -176,7 +183,7 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer):
     for p in passes[:at]:
         sg = timed(p.name, p.apply, arch, sg)
     best = None
-    for chunks in (True, False):
+    for chunks in (True, False) if passes[at].chunks else (False,):
         planned = sg
         for p in [replace(passes[at], chunks=chunks), *passes[at + 1 :]]:
             planned = timed(p.name, p.apply, arch, planned)
@@ -187,24 +194,44 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer):
         sg.notes.plan_estimates_ns[label] = est
         if best is None or est <= best[0]:  # chunks must be strictly better
             best = (est, planned, first)
-        # repack by time windows: each round places the nodes by the load within their layers'
-        # windows in the last kept execution of this variant (merging.pack_balanced)
-        kept = (est, first)
-        for r in range(1, REPACK_ROUNDS + 1):
-            if kept[1] is None:
-                break
-            windows = {i: (a, b) for i, (a, b) in kept[1].noc.timeline.items()}
-            planned = sg
-            for p in [replace(passes[at], chunks=chunks, windows=windows), *passes[at + 1 :]]:
-                planned = timed(p.name, p.apply, arch, planned)
-            est, first = _trial(arch, planned, opts, timed)
-            sg.notes.plan_estimates_ns[f"{label}_repacked{r}"] = est
-            if est >= kept[0]:
-                break
-            kept = (est, first)
+        if _window_packing(opts):
+            est, planned, first = _repack(arch, sg, passes, at, chunks, (est, first), opts, timed)
             if est < best[0]:
                 best = (est, planned, first)
     return best[1], best[2]
+
+
+def _window_packing(opts: CompileOptions) -> bool:
+    """Window packing runs in latency mode: the message order it is judged by is one input's
+    execution. A pipeline's period also depends on each core's total load across all its layers,
+    which the window-packed plans raise: measured vgg8 arch-b p4 337 -> 270 inferences/s although
+    its estimate dropped from 4.00 to 3.72 ms."""
+    return opts.mode == "latency" and not opts.disable_window_packing
+
+
+def _repack(arch: Arch, sg, passes, at: int, chunks: bool, kept, opts, timed: PassTimer):
+    """Window packing: up to REPACK_ROUNDS rounds, each placing the nodes by the load within
+    their layers' time windows (merging.pack_balanced) of the last kept estimated execution of
+    this plan variant (`kept`: its estimate and first round). A layer's window covers when it
+    computes, so layers that run at the same time (inception branches, a pool beside its sibling
+    convolution) stop sharing cores and waiting for each other. Returns the best (estimate,
+    planned graph, first round) found; (inf, None, None) when no round shortened `kept`."""
+    label = "chunked" if chunks else "contiguous"
+    best = (math.inf, None, None)
+    for r in range(1, REPACK_ROUNDS + 1):
+        if kept[1] is None:
+            break
+        windows = {i: (a, b) for i, (a, b) in kept[1].noc.timeline.items()}
+        planned = sg
+        for p in [replace(passes[at], chunks=chunks, windows=windows), *passes[at + 1 :]]:
+            planned = timed(p.name, p.apply, arch, planned)
+        est, first = _trial(arch, planned, opts, timed)
+        sg.notes.plan_estimates_ns[f"{label}_repacked{r}"] = est
+        if est >= kept[0]:
+            break
+        kept = (est, first)
+        best = (est, planned, first)
+    return best
 
 
 def _trial(arch: Arch, planned, opts: CompileOptions, timed: PassTimer):
