@@ -170,3 +170,31 @@ def test_window_packing_cuts_googlenet_latency():
     assert res.report["crossbars_used"] == res_o.report["crossbars_used"]
     assert check_programs(res.program.cores).ok
     assert rep.latency_ns < 0.95 * rep_o.latency_ns
+
+
+def test_demoted_mixed_node_reads_its_window_under_tokens():
+    """A mixed node (googlenet 64x64 arch-a, throughput p2: a pool whose producers partly share
+    its core) loads its own core's pieces from host memory in program order, without tokens, and
+    receives the rest. When its unit goes back to host memory (here as the message order or the
+    deadlock check would demote it), it loads every piece, also the other cores': it is no longer
+    mixed, and synchronization must guard its window input (at 224x224 on arch-b a node left in
+    `mixed` after a local-memory demotion read inception3a's concat before its producers stored
+    it: rel error 0.05)."""
+    from raptor.frontend import load_graph
+    from raptor.spatial.build import build_spatial
+    from raptor.spatial.noc import demote_pairs, token_views, unit_of
+    from raptor.spatial.passes import spatial_passes
+
+    arch = load_arch("arch-a")
+    sg = build_spatial(
+        load_graph(build_model("googlenet", input_size=64)), arch.element_bytes, arch.matrix.rows
+    )
+    for p in spatial_passes(CompileOptions(mode="throughput", pipeline=2)):
+        sg = p.apply(arch, sg)
+    plan = sg.noc
+    n = next(m for m in sg.nodes if m.id in plan.mixed)
+    assert 0 not in [k for k, _ in token_views(sg, n, plan)]  # own pieces: program order
+    assert demote_pairs(sg, plan, {(c, n.core) for c in plan.fed_by(n)}, "test")
+    assert unit_of(n) not in plan.fed
+    assert n.id not in plan.mixed and n.id not in plan.local
+    assert 0 in [k for k, _ in token_views(sg, n, plan)]
