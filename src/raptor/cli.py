@@ -354,9 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument(
         "--pim-disable-window-packing",
         action="store_true",
-        help="Raptor: place nodes on cores by their total load only; by default, in latency "
-        "mode, the planner also repacks them by the load within each layer's time window of "
-        "the estimated schedule and keeps the shorter plan (default: off)",
+        help="Raptor: place nodes on cores by their total load only; by default the planner "
+        "also repacks them by the load within each layer's time window of the estimated "
+        "schedule and keeps the shorter plan (default: off)",
     )
     cp.add_argument(
         "--print-passes",
