@@ -10,7 +10,10 @@ With `chunks`, the pixels of a layer fed over the NoC are dealt to its replicas 
 chunks (`choose_chunks`, tiling.make_nodes), so the replicas move down the image together and a
 consumer gets its first rows early: with one contiguous range per replica, a consumer replica
 waits for the end of the producer replica above it, and latency adds up layer after layer.
-Disabled, `PlainAssignmentPass` (`plain_assignment`) gives every layer one replica and first-fit cores in program order.
+With `windows` (layer -> start/end of an estimated execution), nodes are packed by the load
+within their layers' windows, so layers that compute at the same time get different cores; the
+compiler repacks each plan that way and keeps the one whose message order ends first
+(raptor.compiler._plan, _repack). Disabled, `PlainAssignmentPass` (`plain_assignment`) gives every layer one replica and first-fit cores in program order.
 """
 
 from __future__ import annotations
