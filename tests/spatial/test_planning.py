@@ -101,3 +101,24 @@ def test_window_packing_keeps_concurrent_layers_on_different_cores():
     windows = {0: (0.0, 10e3), 1: (0.0, 10e3), 2: (20e3, 30e3)}
     packed, load = pack_balanced(arch, nodes, times, windows=windows)
     assert [n.core for n in packed] == [0, 1, 1] and list(load) == [10e3, 11e3]
+
+
+def test_core_span_is_the_longest_first_start_to_last_end_of_a_core():
+    """The throughput rule of window packing (raptor.compiler._core_span_ns): core 0 holds layer 0
+    (computing 0-4 us) and layer 2 (20-30 us), so it is busy with one input from 0 to 30 us and
+    cannot restart the next input sooner; core 1 holds layer 1 only (3-12 us). The span is 30 us,
+    not the 10 us of the longest layer."""
+    from types import SimpleNamespace
+
+    from raptor.compiler import _core_span_ns
+    from raptor.spatial.ir import ComputeNode, NodeKind
+
+    nodes = [
+        ComputeNode(0, 0, NodeKind.MVM, 0, 8, core=0),
+        ComputeNode(1, 1, NodeKind.VECTOR, 0, 8, core=1),
+        ComputeNode(2, 2, NodeKind.MVM, 0, 8, core=0),
+    ]
+    timeline = {0: [0.0, 4e3], 1: [3e3, 12e3], 2: [20e3, 30e3]}
+    first = SimpleNamespace(nodes=nodes, noc=SimpleNamespace(timeline=timeline))
+    assert _core_span_ns(first) == 30e3
+    assert _core_span_ns(None) == float("inf")
