@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """NoC dataflow before/after: each model compiled by Raptor with every activation through host
 memory (`--pim-disable-noc-dataflow`, the dataflow before the NoC pass), with the NoC dataflow and
-one contiguous pixel range per replica (`--pim-disable-pixel-chunks`) and with the default NoC
-dataflow (interleaved pixel chunks where they plan shorter), simulated at full size, with the mean per-core breakdown of the latency (matrix busy, vector,
+one contiguous pixel range per replica (`--pim-disable-pixel-chunks --pim-disable-window-packing`),
+with interleaved pixel chunks where they plan shorter (`--pim-disable-window-packing`) and with
+the default (chunks and window packing), simulated at full size, with the mean per-core breakdown of the latency (matrix busy, vector,
 transfer, sync stall, recv stall, memory stall), host and NoC bytes per inference, and the
 machine bounds. Writes CSV + PNG.
 
     .venv/bin/python benchmarks/noc.py [--models vgg8 resnet18 resnet34 googlenet]
-        [--archs arch-a] [--mode latency|throughput] [--out-dir benchmarks/out/noc]
+        [--archs arch-a] [--mode latency|throughput] [--dataflows host noc-contiguous ...]
+        [--out-dir benchmarks/out/noc]
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ SHARES = ("matrix_busy_ns", "vector_busy_ns", "transfer_busy_ns")
 STALLS = ("stall_sync_ns", "stall_recv_ns", "stall_memory_ns")
 FLOWS = {
     "host": {"disable_noc_dataflow": True},
-    "noc-contiguous": {"disable_pixel_chunks": True},
+    "noc-contiguous": {"disable_pixel_chunks": True, "disable_window_packing": True},
+    "noc-chunks": {"disable_window_packing": True},
     "noc": {},
 }
 
@@ -73,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--archs", nargs="+", default=["arch-a"])
     p.add_argument("--mode", choices=("latency", "throughput"), default="latency")
     p.add_argument("--pipeline", type=int, default=4, help="throughput mode only (default 4)")
+    p.add_argument(
+        "--dataflows", nargs="+", choices=list(FLOWS), default=list(FLOWS), help="(default: all)"
+    )
     p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "out" / "noc"))
     args = p.parse_args(argv)
     pipe = args.pipeline if args.mode == "throughput" else 1
@@ -81,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         model = build_model(name)
         for a in args.archs:
             arch = load_arch(a)
-            for dataflow, flags in FLOWS.items():
+            for dataflow in args.dataflows:
+                flags = FLOWS[dataflow]
                 opts = CompileOptions(mode=args.mode, pipeline=pipe, **flags)
                 row = {"model": name, "arch": a, "mode": args.mode, "dataflow": dataflow}
                 row.update(measure(model, arch, opts))
@@ -94,12 +101,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
     out = Path(args.out_dir) / f"noc_{args.mode}.csv"
     write_csv(out, list(rows[0]), rows)
-    _chart(rows, out.with_suffix(".png"))
+    _chart(rows, out.with_suffix(".png"), args.dataflows)
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0
 
 
-def _chart(rows: list[dict[str, str]], path: Path) -> None:
+def _chart(rows: list[dict[str, str]], path: Path, flows: list[str]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -108,11 +115,11 @@ def _chart(rows: list[dict[str, str]], path: Path) -> None:
     cases = sorted({(r["model"], r["arch"]) for r in rows}, key=lambda c: (c[1], c[0]))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     x = np.arange(len(cases))
-    w = 0.8 / len(FLOWS)
-    for i, flow in enumerate(FLOWS):
+    w = 0.8 / len(flows)
+    for i, flow in enumerate(flows):
         sel = {(r["model"], r["arch"]): r for r in rows if r["dataflow"] == flow}
         lat = [float(sel[c]["latency_ms"]) for c in cases]
-        at = x + (i - (len(FLOWS) - 1) / 2) * w
+        at = x + (i - (len(flows) - 1) / 2) * w
         ax1.bar(at, lat, w, label=f"{flow} dataflow")
         bottom = np.zeros(len(cases))
         for k, color in zip(("matrix_busy", "stall_sync", "stall_recv", "stall_memory"), "gbrm"):
@@ -123,18 +130,18 @@ def _chart(rows: list[dict[str, str]], path: Path) -> None:
                 w,
                 bottom=bottom,
                 color=color,
-                alpha=(0.4, 0.65, 0.9)[i],
-                label=f"{k} ({flow})" if i == len(FLOWS) - 1 else None,
+                alpha=0.3 + 0.6 * (i + 1) / len(flows),
+                label=f"{k} ({flow})" if i == len(flows) - 1 else None,
             )
             bottom += v
     labels = [f"{m}\n{a}" for m, a in cases]
     ax1.set_xticks(x, labels)
     ax1.set_ylabel("latency (ms)")
-    ax1.set_title("Raptor latency: host memory, NoC contiguous, NoC chunked")
+    ax1.set_title("Raptor latency by dataflow: " + ", ".join(flows))
     ax1.legend()
     ax2.set_xticks(x, labels)
     ax2.set_ylabel("% of latency (mean over used cores)")
-    ax2.set_title("per-core breakdown (bars: host, NoC contiguous, NoC chunked)")
+    ax2.set_title("per-core breakdown (bars: " + ", ".join(flows) + ")")
     ax2.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.15))
     save_figure(fig, path)
 

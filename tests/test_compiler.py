@@ -140,9 +140,14 @@ def test_row_group_reduction_tree_values(plan, mode, pipeline):
 
 
 def test_throughput_pipeline_beats_one_over_latency():
-    """End-of-round credits let round r+1 of a producer overlap round r of its consumers."""
-    _, lat, _ = _run(toy_resnet(), CompileOptions())
-    _, thr, errs = _run(toy_resnet(), CompileOptions(mode="throughput", pipeline=4))
+    """End-of-round credits let round r+1 of a producer overlap round r of its consumers. Both
+    with total-load packing: window packing cuts this toy's latency to 70 us, below its pipeline
+    period (99 us), as throughput mode keeps each core's layers within a span of the network
+    (measured; lifting the span for window-packed plans gave a 69 us period here but lost
+    10-27 % of the p4 throughput of four default cases, gaining 8 % on googlenet arch-b)."""
+    packing = {"disable_window_packing": True}
+    _, lat, _ = _run(toy_resnet(), CompileOptions(**packing))
+    _, thr, errs = _run(toy_resnet(), CompileOptions(mode="throughput", pipeline=4, **packing))
     assert max(errs) < 1e-3
     assert thr.throughput_per_s >= 1e9 / lat.latency_ns
 

@@ -79,6 +79,7 @@ def compile_options(args: argparse.Namespace) -> CompileOptions:
         disable_sibling_merge=args.pim_disable_sibling_merge,
         disable_line_buffer=args.pim_disable_line_buffer,
         disable_pixel_chunks=args.pim_disable_pixel_chunks,
+        disable_window_packing=args.pim_disable_window_packing,
         compiler=args.compiler,
         replication=args.replication,
     )
@@ -349,6 +350,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="Raptor: one contiguous pixel range per replica; by default the planner also tries "
         "interleaved pixel chunks and keeps the plan with the shorter estimated schedule "
         "(default: off)",
+    )
+    cp.add_argument(
+        "--pim-disable-window-packing",
+        action="store_true",
+        help="Raptor: place nodes on cores by their total load only; by default the planner "
+        "also repacks them by the load within each layer's time window of the estimated "
+        "schedule and keeps the shorter plan (default: off)",
     )
     cp.add_argument(
         "--print-passes",

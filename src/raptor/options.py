@@ -18,6 +18,7 @@ class CompileOptions:
     disable_sibling_merge: bool = False  # Raptor: no sibling-GEMM merging (spatial/sibling.py)
     disable_line_buffer: bool = False  # Raptor: line buffers only where the NoC dataflow needs them
     disable_pixel_chunks: bool = False  # Raptor: one contiguous pixel range per replica
+    disable_window_packing: bool = False  # Raptor: pack cores by total load only (no repacking)
     compiler: str = "raptor"
     replication: str = "balance"  # pimcomp only: balance | W0H0 | uniform
 

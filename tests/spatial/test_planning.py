@@ -73,3 +73,52 @@ def test_pixel_chunks_are_dealt_round_robin_and_share_their_replicas_crossbars()
     placed, _ = pack_balanced(arch, nodes, np.ones(len(nodes)))
     core = {(n.replica, n.c0, n.row_group): n.core for n in placed if n.chunk == 0}
     assert all(n.core == core[n.replica, n.c0, n.row_group] for n in placed)
+
+
+def test_window_packing_keeps_concurrent_layers_on_different_cores():
+    """Two cores, two 4-crossbar conv nodes that each fill half a core: layer 0 computes during
+    [0, 10) us, layer 2 during [20, 30) us, and a pool node (layer 1, no crossbars) runs during
+    [0, 10) us beside layer 0. Total-load packing puts the pool on the least-loaded core, tied,
+    hence core 0 with layer 0, so the two would wait for each other; with the layers' time
+    windows the pool's window overlaps all of layer 0's 10 us on core 0 and none of layer 2's on
+    core 1, so it goes to core 1."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from raptor.spatial.ir import ComputeNode, NodeKind
+    from raptor.spatial.merging import pack_balanced
+
+    arch = replace(load_arch(str(ARCH_TINY)), cores_per_chip=2, core_layout=(1, 2))
+    nodes = [
+        ComputeNode(0, 0, NodeKind.MVM, 0, 16, 0, 32, 0, 128, crossbars=4),
+        ComputeNode(1, 1, NodeKind.VECTOR, 0, 16),
+        ComputeNode(2, 2, NodeKind.MVM, 0, 16, 0, 32, 0, 128, crossbars=4),
+    ]
+    times = np.array([10e3, 1e3, 10e3])
+    plain, load = pack_balanced(arch, nodes, times)
+    assert [n.core for n in plain] == [0, 0, 1] and list(load) == [11e3, 10e3]
+    windows = {0: (0.0, 10e3), 1: (0.0, 10e3), 2: (20e3, 30e3)}
+    packed, load = pack_balanced(arch, nodes, times, windows=windows)
+    assert [n.core for n in packed] == [0, 1, 1] and list(load) == [10e3, 11e3]
+
+
+def test_core_span_is_the_longest_first_start_to_last_end_of_a_core():
+    """The throughput rule of window packing (raptor.compiler._core_span_ns): core 0 holds layer 0
+    (computing 0-4 us) and layer 2 (20-30 us), so it is busy with one input from 0 to 30 us and
+    cannot restart the next input sooner; core 1 holds layer 1 only (3-12 us). The span is 30 us,
+    not the 10 us of the longest layer."""
+    from types import SimpleNamespace
+
+    from raptor.compiler import _core_span_ns
+    from raptor.spatial.ir import ComputeNode, NodeKind
+
+    nodes = [
+        ComputeNode(0, 0, NodeKind.MVM, 0, 8, core=0),
+        ComputeNode(1, 1, NodeKind.VECTOR, 0, 8, core=1),
+        ComputeNode(2, 2, NodeKind.MVM, 0, 8, core=0),
+    ]
+    timeline = {0: [0.0, 4e3], 1: [3e3, 12e3], 2: [20e3, 30e3]}
+    first = SimpleNamespace(nodes=nodes, noc=SimpleNamespace(timeline=timeline))
+    assert _core_span_ns(first) == 30e3
+    assert _core_span_ns(None) == float("inf")

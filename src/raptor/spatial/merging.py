@@ -1,7 +1,11 @@
 """Merging compute nodes into cores under each core's crossbar budget.
 
 `pack_balanced`: nodes by decreasing crossbars, then decreasing estimated time, each to the
-least-loaded core that still has the crossbars it needs. `pack_plain` is the unplanned baseline:
+least-loaded core that still has the crossbars it needs. Given layer time windows (when each
+layer computes in an estimated execution of the program), "least loaded" counts only the load
+that overlaps the node's window: nodes of layers that run at the same time (the branches of an
+inception block, a pool and its sibling convolution) then go to different cores, while layers far
+apart in time share cores freely. `pack_plain` is the unplanned baseline:
 nodes in program order, first fit by crossbars (vector nodes stay on the current core). Both keep
 at most one node of a layer's row-group chains per core (ir.SpatialGraph.verify says why).
 """
@@ -29,7 +33,11 @@ def _chain_layers(nodes: list[ComputeNode]) -> set[int]:
 
 
 def pack_balanced(
-    arch: Arch, nodes: list[ComputeNode], times: np.ndarray, span: int | None = None
+    arch: Arch,
+    nodes: list[ComputeNode],
+    times: np.ndarray,
+    span: int | None = None,
+    windows: dict[int, tuple[float, float]] | None = None,
 ) -> tuple[list[ComputeNode], np.ndarray]:
     """Balanced packing; returns the placed nodes (input order) and the estimated load per core (ns).
 
@@ -39,7 +47,12 @@ def pack_balanced(
     the whole latency.
 
     The later pixel chunks of a replica (`ComputeNode.chunk` > 0) share chunk 0's array groups:
-    they go where chunk 0 goes, and chunk 0 is placed with the time of all of them."""
+    they go where chunk 0 goes, and chunk 0 is placed with the time of all of them.
+
+    `windows` (layer -> (start, end) ns): a node goes to the core whose load within the node's
+    layer window is least, each placed node counting as its time spread evenly over its own
+    layer's window (ties: the least total load). A layer without a window counts as overlapping
+    every other."""
     cores, cap = arch.core_count, arch.crossbars_per_core
     owner: dict[tuple[int, int, int, int], int] = {}
     for k, n in enumerate(nodes):
@@ -65,6 +78,7 @@ def pack_balanced(
     ]
     lo = np.full(cores, np.inf)
     hi = np.full(cores, -np.inf)
+    overlap = _WindowLoad(windows or {}, cores)
     for k in order:
         n = nodes[k]
         ok = used + n.crossbars <= cap
@@ -76,7 +90,12 @@ def pack_balanced(
             near = ~np.isfinite(lo) | ((np.maximum(hi, n.layer) - np.minimum(lo, n.layer)) <= span)
             if (ok & near).any():
                 ok &= near
-        c = int(np.argmin(np.where(ok, load, np.inf)))
+        if windows is None:
+            c = int(np.argmin(np.where(ok, load, np.inf)))
+        else:
+            busy = overlap.load(n.layer)
+            c = int(np.lexsort((np.where(ok, load, np.inf), np.where(ok, busy, np.inf)))[0])
+            overlap.add(c, n.layer, times[k])
         lo[c] = min(lo[c], n.layer)
         hi[c] = max(hi[c], n.layer)
         if n.layer in holds:
@@ -87,6 +106,33 @@ def pack_balanced(
         for f in followers.get(k, ()):
             placed[f] = replace(nodes[f], core=c)
     return placed, load  # type: ignore[return-value]
+
+
+class _WindowLoad:
+    """Per core, the time of its placed nodes spread over their layers' windows: `load(layer)`
+    is each core's time falling inside `layer`'s window."""
+
+    def __init__(self, windows: dict[int, tuple[float, float]], cores: int):
+        self.windows = windows
+        self.per_layer: dict[int, np.ndarray] = {}  # layer -> time placed per core
+        self.cores = cores
+
+    def load(self, layer: int) -> np.ndarray:
+        out = np.zeros(self.cores)
+        w = self.windows.get(layer)
+        for other, t in self.per_layer.items():
+            v = self.windows.get(other)
+            share = 1.0
+            if w is not None and v is not None:
+                cut = min(w[1], v[1]) - max(w[0], v[0])
+                span = v[1] - v[0]
+                share = max(0.0, cut) / span if span > 0 else float(cut >= 0)
+            if share:
+                out += share * t
+        return out
+
+    def add(self, core: int, layer: int, t: float) -> None:
+        self.per_layer.setdefault(layer, np.zeros(self.cores))[core] += t
 
 
 def pack_plain(arch: Arch, nodes: list[ComputeNode]) -> list[ComputeNode]:

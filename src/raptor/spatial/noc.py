@@ -377,6 +377,11 @@ def _derive(sg: SpatialGraph, plan: NocPlan) -> None:
         plan.demoted["local memory"] = (
             plan.demoted.get("local memory", 0) + len(over) + len(over_res)
         )
+    # a demoted unit's nodes load their whole window input from host memory: they are neither
+    # mixed nor local any more, and synchronization must order every piece (token_views)
+    fed = {n.id for n in sg.nodes if unit_of(n) in plan.fed}
+    plan.mixed &= fed
+    plan.local &= fed
     host: set[str] = set()
     for n in sg.nodes:
         for _, v in host_views(sg, n, plan):

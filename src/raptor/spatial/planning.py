@@ -10,14 +10,17 @@ With `chunks`, the pixels of a layer fed over the NoC are dealt to its replicas 
 chunks (`choose_chunks`, tiling.make_nodes), so the replicas move down the image together and a
 consumer gets its first rows early: with one contiguous range per replica, a consumer replica
 waits for the end of the producer replica above it, and latency adds up layer after layer.
-Disabled, `PlainAssignmentPass` (`plain_assignment`) gives every layer one replica and first-fit cores in program order.
+With `windows` (layer -> start/end of an estimated execution), nodes are packed by the load
+within their layers' windows, so layers that compute at the same time get different cores; the
+compiler repacks each plan that way and keeps the one whose message order ends first
+(raptor.compiler._plan, _repack). Disabled, `PlainAssignmentPass` (`plain_assignment`) gives every layer one replica and first-fit cores in program order.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
@@ -186,6 +189,9 @@ class SpatialPlanningPass:
     noc: bool = False  # the NoC dataflow pass follows (spatial/noc.py)
     span_share: float | None = None  # span = this share of the graph's layers (overrides span)
     chunks: bool = False  # interleave each replica's pixels in chunks (choose_chunks)
+    # layer -> (start, end) ns of an estimated execution: pack by load within each layer's window
+    # (merging.pack_balanced) instead of total load
+    windows: dict[int, tuple[float, float]] | None = field(default=None, compare=False)
     name: ClassVar[str] = "spatial-planning"
 
     def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
@@ -200,7 +206,7 @@ class SpatialPlanningPass:
             nodes = make_nodes(sg, arch, reps, splits, chunks)
             times = np.array([node_ns(arch, sg.layers[n.layer], n) for n in nodes])
             try:
-                placed, _ = pack_balanced(arch, nodes, times, span)
+                placed, _ = pack_balanced(arch, nodes, times, span, self.windows)
             except PassFailedError as e:
                 last_err = e
                 continue
