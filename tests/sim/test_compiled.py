@@ -92,6 +92,15 @@ def test_compiled_model_latency_and_tensors(resnet18_small):
         np.testing.assert_array_equal(a.tensors[k], b.tensors[k])
 
 
+def test_value_pass_arena_compacts_and_grows(resnet18_small, monkeypatch):
+    """With room for 64 elements of send payload, the value pass compacts its arena and grows it
+    as payloads not yet received fill it: same results."""
+    prog, arch = resnet18_small
+    b = simulate(prog, arch, engine="python")
+    monkeypatch.setattr(CompiledEngine, "arena_start", 64)
+    assert_same(simulate(prog, arch, engine="compiled"), b)
+
+
 def test_auto_picks_python_for_rob_and_trace(vgg8_tp):
     _, arch, prog, _ = vgg8_tp
     with pytest.raises(SimulationError, match="rob_size 1"):

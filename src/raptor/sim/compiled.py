@@ -111,6 +111,7 @@ class CompiledEngine:
     # of the event loop; False (set before run): the event loop computes them as it goes. Both
     # give the same results bit for bit.
     value_pass = True
+    arena_start = 1 << 22  # elements of the value pass's first arena for send payloads
 
     def __init__(self, prog: PimProgram, arch: Arch, rounds: int, host: HostMemory) -> None:
         if arch.core.rob_size > 1:
@@ -454,13 +455,19 @@ class CompiledEngine:
         ready[: len(runnable)] = runnable
         vg[K.VG_NREADY] = len(runnable)
         n_rdv = len(st[K.S_LOG][3])
-        vs = (
-            vi, vg, np.zeros((nc, 32), np.int64), ready,
-            np.empty(max(self.arena_elems, 1), np.float32), np.zeros(n_rdv, np.int64),
-            np.zeros(n_rdv, np.uint8),
+        pay = (
+            np.zeros(n_rdv, np.int64), np.zeros(n_rdv, np.int64), np.zeros(n_rdv, np.uint8),
+            np.zeros(n_rdv, np.int64),
         )  # fmt: skip
+        arena = np.empty(max(min(self.arena_elems, self.arena_start), 1), np.float32)
+        regs = np.zeros((nc, 32), np.int64)
         while True:
-            rc = run_values(vs, st, prm)
+            rc = run_values((vi, vg, regs, ready, arena, pay), st, prm)
+            if rc == K.RC_GROW:  # payloads not yet received fill the arena: double it
+                grown = np.empty(2 * arena.size + self.arena_elems // 16, np.float32)
+                grown[: arena.size] = arena
+                arena = grown
+                continue
             if rc != K.RC_HOSTOP:
                 break
             c = int(vg[K.VG_CUR])

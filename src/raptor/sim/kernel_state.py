@@ -92,10 +92,11 @@ V_PC, V_RND, V_BLOCKED, V_NSENT, V_NRECV = range(5)
 N_V = 5
 VB_NONE, VB_RECV, VB_HOST, VB_DONE = range(4)
 # vg: next host access, the core running (-1: none), ready-stack size, arena top, payloads in
-# the arena, and a host op's details (opcode, d, a, b, length)
-VG_MPTR, VG_CUR, VG_NREADY, VG_TOP, VG_LIVE = range(5)
-VG_OP, VG_D, VG_A, VG_B, VG_N = range(5, 10)
-N_VG = 10
+# the arena, entries of the arena's list, and a host op's details (opcode, d, a, b, length)
+VG_MPTR, VG_CUR, VG_NREADY, VG_TOP, VG_LIVE, VG_NLIST = range(6)
+VG_OP, VG_D, VG_A, VG_B, VG_N = range(6, 11)
+N_VG = 11
+RC_GROW = 4  # value pass: the arena is full of payloads not yet received (the driver grows it)
 # error codes (messages in raptor.sim.compiled)
 (
     E_MVM_WIDTH,

@@ -3,7 +3,8 @@ pass that computes no value and records the order of the two kinds of events thr
 share values: the order in which ld and st reach host memory, and the numbering of send/recv
 rendezvous. This pass then computes every value with the same functions, core by core: a core
 executes its instructions in program order until it finishes, needs a payload whose send has not
-executed here yet (sends copy their payload into an arena and never wait), or reaches an ld/st
+executed here yet (sends copy their payload into an arena and never wait: the arena is compacted,
+and grown when payloads not yet received fill it), or reaches an ld/st
 that is not the next host access in the recorded order. So each ld sees exactly the stores that
 preceded it in simulated time, also in racy programs, and a recv gets the sender's local values
 at its send, as in the event loop (a core's local memory changes only through its own
@@ -48,14 +49,35 @@ def _wake(vi, vg, ready, c: int, state: int) -> None:
 
 
 @njit(cache=True, nogil=True)
+def _compact(arena, pay, vg, m: int) -> bool:
+    """Move the payloads not yet received to the start of the arena, in the order they were sent;
+    whether m more elements then fit."""
+    aoff, asz, sent, order = pay
+    top = 0
+    k2 = 0
+    for k in range(vg[K.VG_NLIST]):
+        g = order[k]
+        if sent[g] == 1:
+            move(arena, top, arena, aoff[g], asz[g])  # never upwards: a forward copy is safe
+            aoff[g] = top
+            top += asz[g]
+            order[k2] = g
+            k2 += 1
+    vg[K.VG_TOP], vg[K.VG_NLIST] = top, k2
+    return top + m <= arena.size
+
+
+@njit(cache=True, nogil=True)
 def _core(  # noqa: C901 - one flat dispatch loop
-    c, ins, ci, vi, vg, regs, local, gw, wflat, wmeta, host, log, ready, arena, aoff, sent,
-    scratch, eb, rounds,
+    c, ins, ci, vi, vg, regs, local, gw, wflat, wmeta, host, log, ready, arena, pay, scratch, eb,
+    rounds,
 ) -> int:  # fmt: skip
     """Run core c's values until it blocks, finishes (K.RC_DONE) or reaches a vector op numpy
-    computes (K.RC_HOSTOP, details in vg; the core goes on after it when called again)."""
+    computes (K.RC_HOSTOP, details in vg; the core goes on after it when called again), or needs more
+    arena than there is (K.RC_GROW: it goes on at the same send)."""
     hdata, hwritten, inreg, inbuf, outreg, outbuf = host
     memlog, slog, rlog, rcv_of = log
+    aoff, asz, sent, order = pay
     base, n, gbase = ci[c, K.CI_BASE], ci[c, K.CI_N], ci[c, K.CI_GBASE]
     pc, rnd = vi[c, K.V_PC], vi[c, K.V_RND]
     R = regs[c]
@@ -107,13 +129,17 @@ def _core(  # noqa: C901 - one flat dispatch loop
             if k + 1 < memlog.size:
                 _wake(vi, vg, ready, memlog[k + 1], K.VB_HOST)
         elif op == K.OP_SEND:
+            m = ins[i, 6] // eb
+            if vg[K.VG_TOP] + m > arena.size and not _compact(arena, pay, vg, m):
+                rc = K.RC_GROW
+                break
             g = slog[ci[c, K.CI_SBASE] + vi[c, K.V_NSENT]]
             vi[c, K.V_NSENT] += 1
-            m = ins[i, 6] // eb
             top = vg[K.VG_TOP]
             move(arena, top, L, xaddr(R, ins, i, 1, 1, eb), m)
-            aoff[g] = top
-            sent[g] = 1
+            aoff[g], asz[g], sent[g] = top, m, 1
+            order[vg[K.VG_NLIST]] = g
+            vg[K.VG_NLIST] += 1
             vg[K.VG_TOP] = top + m
             vg[K.VG_LIVE] += 1
             _wake(vi, vg, ready, rcv_of[g], K.VB_RECV)
@@ -124,9 +150,11 @@ def _core(  # noqa: C901 - one flat dispatch loop
                 break
             vi[c, K.V_NRECV] += 1
             move(L, xaddr(R, ins, i, 1, 1, eb), arena, aoff[g], ins[i, 6] // eb)
+            sent[g] = 2  # received: its place in the arena is free
             vg[K.VG_LIVE] -= 1
             if vg[K.VG_LIVE] == 0:  # the arena is empty: start it again
                 vg[K.VG_TOP] = 0
+                vg[K.VG_NLIST] = 0
         # setbw, sync, wait: no values
         pc += 1
     vi[c, K.V_PC], vi[c, K.V_RND] = pc, rnd
@@ -136,9 +164,10 @@ def _core(  # noqa: C901 - one flat dispatch loop
 @njit(cache=True, nogil=True)
 def run_values(vs, st, prm) -> int:
     """Run the value pass (state vs, made by raptor.sim.compiled) until every core is done
-    (K.RC_DONE) or a host op is due (K.RC_HOSTOP: apply it, call again); K.RC_DEADLOCK means the
+    (K.RC_DONE), a host op is due (K.RC_HOSTOP: apply it, call again) or the arena is full
+    (K.RC_GROW: give vs a larger one with the same contents, call again); K.RC_DEADLOCK means the
     timing pass's record does not fit the program (an internal error)."""
-    vi, vg, regs, ready, arena, aoff, sent = vs
+    vi, vg, regs, ready, arena, pay = vs
     ins, ci, local, gw, wflat, wmeta = st[K.S_INS], st[K.S_CI], st[K.S_LOCAL], st[K.S_GW], st[K.S_WFLAT], st[K.S_WMETA]  # fmt: skip
     host, scratch, log = st[K.S_HOST], st[K.S_SCRATCH], st[K.S_LOG]
     eb, rounds = prm[1], prm[3]
@@ -151,10 +180,10 @@ def run_values(vs, st, prm) -> int:
             c = ready[vg[K.VG_NREADY]]
             vg[K.VG_CUR] = c
         rc = _core(
-            c, ins, ci, vi, vg, regs, local, gw, wflat, wmeta, host, log, ready, arena, aoff, sent,
-            scratch, eb, rounds,
+            c, ins, ci, vi, vg, regs, local, gw, wflat, wmeta, host, log, ready, arena, pay, scratch,
+            eb, rounds,
         )  # fmt: skip
-        if rc == K.RC_HOSTOP:
+        if rc == K.RC_HOSTOP or rc == K.RC_GROW:
             return rc
         vg[K.VG_CUR] = -1
     for c in range(vi.shape[0]):
