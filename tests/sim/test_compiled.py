@@ -17,6 +17,7 @@ from raptor.isa.table import make
 from raptor.models import save_model
 from raptor.options import CompileOptions
 from raptor.sim import simulate
+from raptor.sim.compiled import CompiledEngine
 
 FIELDS = (
     "mode",
@@ -52,9 +53,15 @@ def assert_same(a, b):
 
 
 def both(prog, arch=None, **kw):
+    """The compiled engine (value pass, and values in the event loop) against the Python one."""
     a = simulate(prog, arch, engine="compiled", **kw)
     b = simulate(prog, arch, engine="python", **kw)
     assert_same(a, b)
+    CompiledEngine.value_pass = False
+    try:
+        assert_same(simulate(prog, arch, engine="compiled", **kw), b)
+    finally:
+        CompiledEngine.value_pass = True
     return a
 
 
@@ -83,6 +90,15 @@ def test_compiled_model_latency_and_tensors(resnet18_small):
     assert a.tensors.keys() == b.tensors.keys()
     for k in a.tensors:
         np.testing.assert_array_equal(a.tensors[k], b.tensors[k])
+
+
+def test_value_pass_arena_compacts_and_grows(resnet18_small, monkeypatch):
+    """With room for 64 elements of send payload, the value pass compacts its arena and grows it
+    as payloads not yet received fill it: same results."""
+    prog, arch = resnet18_small
+    b = simulate(prog, arch, engine="python")
+    monkeypatch.setattr(CompiledEngine, "arena_start", 64)
+    assert_same(simulate(prog, arch, engine="compiled"), b)
 
 
 def test_auto_picks_python_for_rob_and_trace(vgg8_tp):
@@ -143,6 +159,27 @@ def test_dataflow_rounds_and_events(arch):
     c1 = [setbw(), sldi(1, 64), recv(1, 0, 64), wait(3, 1), vop(Opcode.VRELU, 1, 1, 1, 64)]
     c1 += [sldi(8, 256), st(8, 1, 64), sync(2, 0)]
     both(_valued([c0, c1], out=(256, 64)), arch, mode="throughput", pipeline=3, force_target=True)
+
+
+def test_racing_host_accesses_keep_their_simulated_order(arch):
+    """Two cores race on host memory with no sync. Core 0 stores 5s late, after which core 1
+    loads them; core 1 stores 7s early, which core 0 loads later. Core 1's early load must see
+    the host memory from before core 0's store, and core 0's load must see core 1's store:
+    the value pass runs core 0 first, so it has to follow the order of simulated time rather
+    than the order of the cores."""
+    delay = [sldi(9, 400), *[vop(Opcode.VVADD, 9, 9, 9, 64) for _ in range(20)]]
+    c0 = [setbw(), sldi(1, 0), make(Opcode.LLDI, rd=1, r2_or_imm=5, generic3=64), *delay]
+    c0 += [sldi(3, 256), st(3, 1, 64)]  # late: host[256:320] = 5
+    c0 += [sldi(2, 64), sldi(3, 320), ld(2, 3, 16), sldi(4, 512), st(4, 2, 16)]  # host[320:336]
+    c1 = [setbw(), sldi(1, 0), sldi(3, 256), ld(1, 3, 64)]  # early: host[256:320] before 5s
+    c1 += [sldi(5, 200), make(Opcode.LLDI, rd=5, r2_or_imm=7, generic3=16), sldi(6, 320)]
+    c1 += [st(6, 5, 16), *delay, *delay, *delay]  # early: host[320:336] = 7
+    c1 += [sldi(2, 64), ld(2, 3, 64), sldi(4, 384), st(4, 1, 128)]  # late: the 5s
+    prog = _valued([c0, c1], n_host=600, out=(384, 144))
+    r = both(prog, arch)
+    y = r.outputs[0]["y"]
+    np.testing.assert_array_equal(y[:64], prog.memory[256:320])  # before core 0's store
+    assert (y[64:128] == 5).all() and (y[128:] == 7).all()
 
 
 BAD = [

@@ -27,6 +27,7 @@ from raptor.sim.energy import (
 )
 from raptor.sim.kernel import run as kernel_run
 from raptor.sim.kernel_layout import dense_ids, first_bad_row, setbw_widths, unit_rows
+from raptor.sim.kernel_values_pass import run_values
 from raptor.sim.matrix import MatrixUnit
 from raptor.sim.memory import HostMemory, MemoryTiming
 from raptor.sim.report import CoreStats
@@ -105,6 +106,12 @@ class CompiledEngine:
     """One simulation of a PimProgram on an Arch (rob_size 1) for `rounds` rounds, with the
     interface `simulate` uses of `Engine`: run(), cores[i].n / .stats, energy_total(), noc,
     gmem, noc_bytes."""
+
+    # values in a second pass, core by core (raptor.sim.kernel_values_pass), after a timing pass
+    # of the event loop; False (set before run): the event loop computes them as it goes. Both
+    # give the same results bit for bit.
+    value_pass = True
+    arena_start = 1 << 22  # elements of the value pass's first arena for send payloads
 
     def __init__(self, prog: PimProgram, arch: Arch, rounds: int, host: HostMemory) -> None:
         if arch.core.rob_size > 1:
@@ -246,6 +253,23 @@ class CompiledEngine:
         ci[:, K.CI_GBASE], ci[:, K.CI_GN] = gbase, gn
         ci[:, K.CI_FIRST_SETBW], ci[:, K.CI_ALT_BASE] = first_setbw, alt_base
         ci[:, K.CI_FRESH] = 1
+        n_send = (
+            np.bincount(core_of[op == Opcode.SEND], minlength=nc).astype(np.int64) * self.rounds
+        )
+        n_recv = (
+            np.bincount(core_of[op == Opcode.RECV], minlength=nc).astype(np.int64) * self.rounds
+        )
+        ci[1:, K.CI_SBASE], ci[1:, K.CI_RBASE] = np.cumsum(n_send)[:-1], np.cumsum(n_recv)[:-1]
+        n_ldst = int(((op == Opcode.LD) | (op == Opcode.ST)).sum()) * self.rounds
+        sends = np.flatnonzero(op == Opcode.SEND)
+        self.arena_elems = int((g3[sends].astype(np.int64) // eb).sum()) * self.rounds
+        n_rdv = int(n_send.sum())
+        log = (
+            np.zeros(n_ldst, np.int64),
+            np.zeros(n_rdv, np.int64),
+            np.zeros(int(n_recv.sum()), np.int64),
+            np.zeros(n_rdv, np.int64),
+        )
         cf = np.zeros((nc, K.N_CF), np.float64)
         lm = arch.core.local_memory
         self.LN = lm.memory_size // eb
@@ -276,7 +300,7 @@ class CompiledEngine:
             np.zeros(max(nc, 1), np.float64), gf, gi, heap_t, heap_i,
             q, np.full(nc, -1, np.int64), np.full(nc, -1, np.int64),
             (host.data, hw, self.inreg, inbuf, self.outreg, self.outbuf), scratch,
-            np.zeros(TIMELINE_BINS, np.float64),
+            np.zeros(TIMELINE_BINS, np.float64), log,
         )  # fmt: skip
         self.prm = (
             float(arch.core.period),
@@ -285,6 +309,7 @@ class CompiledEngine:
             int(self.rounds),
             int(arch.noc.bus_width),
             int(nc),
+            1,
         )
 
     def _row(self, k: tuple, make) -> int:
@@ -365,6 +390,7 @@ class CompiledEngine:
 
     # ---------------------------------------------------------------- run
     def run(self) -> None:
+        self.prm = self.prm[: K.P_VALUES] + (0 if self.value_pass else 1,)
         st, prm = self.st, self.prm
         gi = st[K.S_GI]
         while True:
@@ -377,6 +403,8 @@ class CompiledEngine:
             raise self._error()
         if rc == K.RC_DEADLOCK:
             raise self._deadlock()
+        if self.value_pass:
+            self._values()
         for (s, e, _name, arrs), row in zip(self.host.outputs, self.outreg):  # outputs back
             for r, arr in enumerate(arrs):
                 o = int(row[3]) + r * (e - s)
@@ -413,6 +441,40 @@ class CompiledEngine:
         self.timeline = EnergyTimeline(static_power_mw(self.arch, self.prog.core_cnt))
         self.timeline.bins = st[K.S_EH].tolist()
         self.timeline.width_ns = float(gf[K.G_EW])
+
+    def _values(self) -> None:
+        """The value pass over the timing pass's record (raptor.sim.kernel_values_pass)."""
+        st, prm = self.st, self.prm
+        ci = st[K.S_CI]
+        nc = ci.shape[0]
+        vi = np.zeros((nc, K.N_V), np.int64)
+        vg = np.zeros(K.N_VG, np.int64)
+        vg[K.VG_CUR] = -1
+        runnable = np.flatnonzero(ci[:, K.CI_N] > 0)[::-1]  # a stack: core 0 runs first
+        ready = np.zeros(max(nc, 1), np.int64)
+        ready[: len(runnable)] = runnable
+        vg[K.VG_NREADY] = len(runnable)
+        n_rdv = len(st[K.S_LOG][3])
+        pay = (
+            np.zeros(n_rdv, np.int64), np.zeros(n_rdv, np.int64), np.zeros(n_rdv, np.uint8),
+            np.zeros(n_rdv, np.int64),
+        )  # fmt: skip
+        arena = np.empty(max(min(self.arena_elems, self.arena_start), 1), np.float32)
+        regs = np.zeros((nc, 32), np.int64)
+        while True:
+            rc = run_values((vi, vg, regs, ready, arena, pay), st, prm)
+            if rc == K.RC_GROW:  # payloads not yet received fill the arena: double it
+                grown = np.empty(2 * arena.size + self.arena_elems // 16, np.float32)
+                grown[: arena.size] = arena
+                arena = grown
+                continue
+            if rc != K.RC_HOSTOP:
+                break
+            c = int(vg[K.VG_CUR])
+            o, d, a, b, n = (int(x) for x in vg[K.VG_OP : K.VG_N + 1])
+            vec.apply(o, self.local[int(ci[c, K.CI_LROW])], d, a, b, n)
+        if rc != K.RC_DONE:
+            raise SimulationError("the value pass does not fit the timing pass (internal error)")
 
     def energy_total(self, run_time_ns: float) -> EnergyCounter:
         return with_static(

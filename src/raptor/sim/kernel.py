@@ -62,7 +62,7 @@ def _resume(
 
 @njit(cache=True, nogil=True)
 def _mem_arrive(
-    ci, cf, gf, gi, q, ctab, swfree, local, host, eh, P: float, c: int, t: float
+    ci, cf, gf, gi, q, ctab, swfree, local, host, eh, log, P: float, vals: int, c: int, t: float
 ) -> None:
     hdata, hwritten, inreg, inbuf, outreg, outbuf = host
     is_st, ha, la, m, size, key = (
@@ -87,11 +87,16 @@ def _mem_arrive(
     swfree[c] = mend  # transport mode: switch held until the response
     L = local[ci[c, K.CI_LROW]]
     rnd = ci[c, K.CI_RND]
+    if not vals:  # timing pass: the value pass makes this access in this place of the order
+        log[0][gi[K.I_NMEM]] = c
+        gi[K.I_NMEM] += 1
     if is_st:
-        host_write(L, la, hdata, hwritten, ha, m, rnd, outreg, outbuf)
+        if vals:
+            host_write(L, la, hdata, hwritten, ha, m, rnd, outreg, outbuf)
         _resume(ci, cf, gi, q, P, c, s, mend, mstart - t, K.K_MEMORY, 3)
     else:
-        host_read(L, la, hdata, ha, m, rnd, inreg, inbuf)
+        if vals:
+            host_read(L, la, hdata, ha, m, rnd, inreg, inbuf)
         gf[K.G_EL] += ctab[key, 1]
         charge(gf, eh, mend + ctab[key, 0], ctab[key, 1])
         _resume(ci, cf, gi, q, P, c, s, mend + ctab[key, 0], mstart - t, K.K_MEMORY, 2)
@@ -99,7 +104,7 @@ def _mem_arrive(
 
 @njit(cache=True, nogil=True)
 def _rendezvous(
-    ci, cf, gf, gi, q, ctab, net, swfree, local, eh, prm, snd: int, rcv: int, t: float
+    ci, cf, gf, gi, q, ctab, net, swfree, local, eh, log, prm, snd: int, rcv: int, t: float
 ) -> int:
     P, bus = prm[0], prm[4]
     s_addr, n, size, s_start = (
@@ -118,7 +123,16 @@ def _rendezvous(
             snd,
         )
         return K.RC_ERROR
-    move(local[ci[rcv, K.CI_LROW]], r_addr, local[ci[snd, K.CI_LROW]], s_addr, n)
+    if prm[K.P_VALUES]:
+        move(local[ci[rcv, K.CI_LROW]], r_addr, local[ci[snd, K.CI_LROW]], s_addr, n)
+    else:  # timing pass: number the rendezvous for the value pass
+        g = gi[K.I_NRDV]
+        gi[K.I_NRDV] += 1
+        log[1][ci[snd, K.CI_SBASE] + ci[snd, K.CI_NSENT]] = g
+        log[2][ci[rcv, K.CI_RBASE] + ci[rcv, K.CI_NRECV]] = g
+        log[3][g] = rcv
+        ci[snd, K.CI_NSENT] += 1
+        ci[rcv, K.CI_NRECV] += 1
     gi[K.I_NOCB] += size
     key, link = ci[snd, K.CI_PG], ci[snd, K.CI_PF]
     rd, wr = ctab[key, 0], ctab[key, 2]
@@ -152,8 +166,8 @@ def run(st, prm) -> int:  # noqa: C901 - the event loop, one branch per event ki
     """Run until every core is done (K.RC_DONE), a host op is due (K.RC_HOSTOP: apply it, call
     again), a program error (K.RC_ERROR) or a deadlock (K.RC_DEADLOCK); details in gi."""
     (ins, akey, ci, cf, regs, evr, fin, local, gw, wflat, wmeta, ctab, net, swfree, gf, gi, ht,
-     hi, q, rwait, pend_to, host, scratch, eh) = st  # fmt: skip
-    P, bus = prm[0], prm[4]
+     hi, q, rwait, pend_to, host, scratch, eh, log) = st  # fmt: skip
+    P, bus, vals = prm[0], prm[4], prm[K.P_VALUES]
     hsize = host[0].size
     while True:
         if gi[K.I_QH] < gi[K.I_QT]:
@@ -171,7 +185,7 @@ def run(st, prm) -> int:  # noqa: C901 - the event loop, one branch per event ki
         t, kind, a, b = _pop(gi, ht, hi)
         gf[K.G_NOW] = t
         if kind == K.EV_MEM:
-            _mem_arrive(ci, cf, gf, gi, q, ctab, swfree, local, host, eh, P, a, t)
+            _mem_arrive(ci, cf, gf, gi, q, ctab, swfree, local, host, eh, log, P, vals, a, t)
         elif kind == K.EV_SYNC:
             evr[a, b] += 1
             if (
@@ -207,7 +221,7 @@ def run(st, prm) -> int:  # noqa: C901 - the event loop, one branch per event ki
                 rwait[a] = src
                 ci[a, K.CI_BLOCKED] = K.B_RECV
         elif kind == K.EV_RDV:
-            rc = _rendezvous(ci, cf, gf, gi, q, ctab, net, swfree, local, eh, prm, a, b, t)
+            rc = _rendezvous(ci, cf, gf, gi, q, ctab, net, swfree, local, eh, log, prm, a, b, t)
             if rc != K.RC_DONE:
                 return rc
     for c in range(ci.shape[0]):

@@ -14,7 +14,7 @@ from numba import njit
 
 from raptor.sim import kernel_state as K
 from raptor.sim.blas import mvm_into
-from raptor.sim.kernel_values import move, vector_inline
+from raptor.sim.kernel_values import fill, is_inline, move, mvm_store, vector_inline
 
 
 @njit(cache=True, nogil=True)
@@ -77,6 +77,52 @@ def noc_message(
 
 
 @njit(cache=True, nogil=True)
+def scalar_op(R: np.ndarray, ins: np.ndarray, i: int, op: int) -> None:
+    """Scalar instruction i (nop: nothing) on registers R."""
+    if op == K.OP_SLDI:
+        R[ins[i, 1]] = ins[i, 3]
+    elif op == K.OP_SADDI:
+        R[ins[i, 1]] = R[ins[i, 2]] + ins[i, 3]
+    elif op == K.OP_SMULI:
+        R[ins[i, 1]] = R[ins[i, 2]] * ins[i, 3]
+    elif op == K.OP_SADD:
+        R[ins[i, 1]] = R[ins[i, 2]] + R[0]  # the binary has no rs2: register 0
+    elif op == K.OP_SSUB:
+        R[ins[i, 1]] = R[ins[i, 2]] - R[0]
+    elif op == K.OP_SMUL:
+        R[ins[i, 1]] = R[ins[i, 2]] * R[0]
+
+
+@njit(cache=True, nogil=True)
+def vec_operands(R: np.ndarray, ins: np.ndarray, i: int, op: int, eb: int) -> tuple:
+    """Element indices (d, a, b) of vector instruction i (b: rs2's, or vmv/vavg's stride); the
+    offset generic2 counts elements."""
+    sel, off = ins[i, 4], ins[i, 5]
+    a = R[ins[i, 2]] // eb + (off if sel & 2 else 0)
+    d = R[ins[i, 1]] // eb + (off if sel & 1 else 0)
+    if op == K.OP_VMV or op == K.OP_VAVG:
+        b = R[ins[i, 3]]
+    else:
+        b = R[ins[i, 3]] // eb + (off if sel & 4 else 0)
+    return d, a, b
+
+
+@njit(cache=True, nogil=True)
+def xaddr(R: np.ndarray, ins: np.ndarray, i: int, f: int, bit: int, eb: int) -> int:
+    """Element address of register field f of transfer instruction i (lldi, lmv, ld, st, send,
+    recv): the offset generic2 counts bytes and applies when select bit `bit` is set."""
+    return (R[ins[i, f]] + (ins[i, 5] if ins[i, 4] & bit else 0)) // eb
+
+
+@njit(cache=True, nogil=True)
+def ldst_addrs(R: np.ndarray, ins: np.ndarray, i: int, op: int, eb: int) -> tuple:
+    """(local, host) element addresses of ld / st instruction i."""
+    if op == K.OP_LD:
+        return xaddr(R, ins, i, 1, 1, eb), xaddr(R, ins, i, 2, 2, eb)
+    return xaddr(R, ins, i, 2, 2, eb), xaddr(R, ins, i, 1, 1, eb)
+
+
+@njit(cache=True, nogil=True)
 def _fail(ci, gi, c: int, pc: int, code: int, x1=0, x2=0, x3=0, x4=0, x5=0) -> int:
     ci[c, K.CI_PC] = pc
     gi[K.I_CORE], gi[K.I_X1], gi[K.I_X2], gi[K.I_X3], gi[K.I_X4], gi[K.I_X5], gi[K.I_X6] = (
@@ -118,7 +164,7 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
     prm,
 ) -> int:
     """Run core c ahead (ins rows: opcode, rd, r1, r2_or_imm, generic1-3, cost key, link)."""
-    P, eb, LN, rounds, bus, nc = prm
+    P, eb, LN, rounds, bus, nc, vals = prm
     P2 = 2 * P
     P3 = 3 * P
     PF = 2 * P
@@ -149,18 +195,7 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
         i = base + pc
         op = ins[i, 0]
         if op < K.OP_SETBW:  # scalar (and nop), executed in decode
-            if op == K.OP_SLDI:
-                R[ins[i, 1]] = ins[i, 3]
-            elif op == K.OP_SADDI:
-                R[ins[i, 1]] = R[ins[i, 2]] + ins[i, 3]
-            elif op == K.OP_SMULI:
-                R[ins[i, 1]] = R[ins[i, 2]] * ins[i, 3]
-            elif op == K.OP_SADD:
-                R[ins[i, 1]] = R[ins[i, 2]] + R[0]  # the binary has no rs2: register 0
-            elif op == K.OP_SSUB:
-                R[ins[i, 1]] = R[ins[i, 2]] - R[0]
-            elif op == K.OP_SMUL:
-                R[ins[i, 1]] = R[ins[i, 2]] * R[0]
+            scalar_op(R, ins, i, op)
             tf += P
             pc += 1
             continue
@@ -192,14 +227,9 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
                 return _fail(ci, gi, c, pc, K.E_MVM_RANGE, a, rows, d, cols, LN)
             if key < 0:
                 return _fail(ci, gi, c, pc, K.E_INTERNAL)
-            mvm_into(L, a, wflat, wmeta[mi, 0], rows, cols, scratch)
-            if ins[i, 4]:
-                for j in range(cols):
-                    v = scratch[j]
-                    L[d + j] = v if (v > 0 or v != v) else np.float32(0.0)
-            else:
-                for j in range(cols):
-                    L[d + j] = scratch[j]
+            if vals:
+                mvm_into(L, a, wflat, wmeta[mi, 0], rows, cols, scratch)
+                mvm_store(L, d, scratch, cols, ins[i, 4])
             dur = ctab[key, 0]
             busy_m += dur
             e_m += ctab[key, 1]
@@ -212,17 +242,12 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
                 return _fail(ci, gi, c, pc, K.E_VEC_LEN)
             if op == K.OP_VVSLL or op == K.OP_VVSRA or op == K.OP_VRSU or op == K.OP_VRSL:
                 return _fail(ci, gi, c, pc, K.E_VEC_UNSUPPORTED)
-            sel = ins[i, 4]
-            off = ins[i, 5]
-            a = R[ins[i, 2]] // eb + (off if sel & 2 else 0)
-            d = R[ins[i, 1]] // eb + (off if sel & 1 else 0)
+            d, a, b = vec_operands(R, ins, i, op, eb)
             if op == K.OP_VMV or op == K.OP_VAVG:
-                b = R[ins[i, 3]]
                 span = (length - 1) * b + 1 if b > 0 else 1
                 if a < 0 or a + span > LN or d < 0 or d + length > LN:
                     return _fail(ci, gi, c, pc, K.E_LOCAL_RANGE)
             else:
-                b = R[ins[i, 3]] // eb + (off if sel & 4 else 0)
                 if a < 0 or a + length > LN or d < 0 or d + length > LN or b < 0 or b + length > LN:
                     return _fail(ci, gi, c, pc, K.E_LOCAL_RANGE)
             lat = ctab[key, 0]
@@ -231,14 +256,9 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
             e_l += ctab[key, 2]
             charge(gf, eh, s, ctab[key, 1] + ctab[key, 2])
             te = s + lat + PF
-            if (
-                op == K.OP_VVADD
-                or op == K.OP_VVSUB
-                or op == K.OP_VVMUL
-                or op == K.OP_VVMAX
-                or op == K.OP_VRELU
-                or op == K.OP_VMV
-            ):
+            if not vals:
+                pass
+            elif is_inline(op):
                 vector_inline(op, L, d, a, b, length)
             else:  # numpy computes it: hand over, then continue after it
                 gi[K.I_CORE], gi[K.I_X1], gi[K.I_X2], gi[K.I_X3], gi[K.I_X4], gi[K.I_X5] = (
@@ -253,22 +273,19 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
                 rc = K.RC_HOSTOP
                 break
         elif op == K.OP_LLDI or op == K.OP_LMV:
-            sel = ins[i, 4]
-            off = ins[i, 5]
-            size = ins[i, 6]
-            m = size // eb
-            d = (R[ins[i, 1]] + (off if sel & 1 else 0)) // eb
+            m = ins[i, 6] // eb
+            d = xaddr(R, ins, i, 1, 1, eb)
             if d < 0 or d + m > LN:
                 return _fail(ci, gi, c, pc, K.E_LOCAL_RANGE)
             if op == K.OP_LLDI:
-                v = np.float32(ins[i, 3])
-                for j in range(m):
-                    L[d + j] = v
+                if vals:
+                    fill(L, d, m, ins[i, 3])
             else:
-                a = (R[ins[i, 2]] + (off if sel & 2 else 0)) // eb
+                a = xaddr(R, ins, i, 2, 2, eb)
                 if a < 0 or a + m > LN:
                     return _fail(ci, gi, c, pc, K.E_LOCAL_RANGE)
-                move(L, d, L, a, m)
+                if vals:
+                    move(L, d, L, a, m)
             lat = ctab[key, 0]
             busy_t += lat
             e_l += ctab[key, 1]
@@ -295,17 +312,10 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
                 heap_push(gi, ht, hi, s, K.EV_WAIT, c, 0)
                 break
         else:  # ld, st, send, recv: block and hand over to the event heap
-            sel = ins[i, 4]
-            off = ins[i, 5]
             size = ins[i, 6]
             m = size // eb
             if op == K.OP_LD or op == K.OP_ST:
-                if op == K.OP_LD:
-                    la = (R[ins[i, 1]] + (off if sel & 1 else 0)) // eb
-                    ha = (R[ins[i, 2]] + (off if sel & 2 else 0)) // eb
-                else:
-                    ha = (R[ins[i, 1]] + (off if sel & 1 else 0)) // eb
-                    la = (R[ins[i, 2]] + (off if sel & 2 else 0)) // eb
+                la, ha = ldst_addrs(R, ins, i, op, eb)
                 if la < 0 or la + m > LN:
                     return _fail(ci, gi, c, pc, K.E_CHECK_LOCAL, la, m, LN)
                 if ha < 0 or ha + m > hsize:
@@ -325,7 +335,7 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
                 heap_push(gi, ht, hi, arr, K.EV_MEM, c, 0)
             else:
                 other = ins[i, 3]
-                la = (R[ins[i, 1]] + (off if sel & 1 else 0)) // eb
+                la = xaddr(R, ins, i, 1, 1, eb)
                 if la < 0 or la + m > LN:
                     return _fail(ci, gi, c, pc, K.E_CHECK_LOCAL, la, m, LN)
                 if not 0 <= other < nc or other == c:

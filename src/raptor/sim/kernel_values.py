@@ -26,6 +26,19 @@ def _overlap(a0: int, a1: int, b0: int, b1: int) -> bool:
 
 
 @njit(cache=True, nogil=True)
+def is_inline(op: int) -> bool:
+    """Whether vector op `op` is one of INLINE_VECTOR."""
+    return (
+        op == OP_VVADD
+        or op == OP_VVSUB
+        or op == OP_VVMUL
+        or op == OP_VVMAX
+        or op == OP_VRELU
+        or op == OP_VMV
+    )
+
+
+@njit(cache=True, nogil=True)
 def vector_inline(op: int, L: np.ndarray, d: int, a: int, b: int, n: int) -> None:
     """The INLINE_VECTOR ops (b: rs2's element index, or vmv's element stride)."""
     if op == OP_VMV:
@@ -135,3 +148,24 @@ def host_write(
             base = off + rnd * (e - s)
             for j in range(lo, hi):
                 outbuf[base + j - s] = L[la + j - ha]
+
+
+@njit(cache=True, nogil=True)
+def mvm_store(L: np.ndarray, d: int, y: np.ndarray, cols: int, relu: int) -> None:
+    """L[d:d+cols] = an MVM's result y[:cols], through relu when the mvmul asks for it (numpy's
+    `maximum(y, 0)`: NaN kept)."""
+    if relu:
+        for j in range(cols):
+            v = y[j]
+            L[d + j] = v if (v > 0 or v != v) else np.float32(0.0)
+    else:
+        for j in range(cols):
+            L[d + j] = y[j]
+
+
+@njit(cache=True, nogil=True)
+def fill(L: np.ndarray, d: int, m: int, imm: int) -> None:
+    """lldi: L[d:d+m] = float32(imm)."""
+    v = np.float32(imm)
+    for j in range(m):
+        L[d + j] = v
