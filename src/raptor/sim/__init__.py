@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+import raptor.sim.numba_cache  # noqa: F401  (first: drops stale compiled kernels)
 from raptor.arch.loader import Arch
 from raptor.errors import SimulationError
 from raptor.isa.pimdir import PimProgram, read_pimdir
