@@ -300,6 +300,12 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     # whether a reduction tree's members all sit at the same step of it, ready, while no event
     # runs (the same for whichever member asks): keyed by the tree's first node id
     tree_memo: dict[int, bool] = {}
+    out_rows = plan.out_rows
+    # the cores of each node's reduction tree, and half the time of each step (the margin by
+    # which a due exchange holds a step back)
+    gang_cores = {nid: tuple(m.core for m in ms) for nid, ms in gang.items()}
+    half = {nid: [(s.pb - s.pa) * lane[nid] / 2 for s in st] for nid, st in steps.items()}
+    heappush = heapq.heappush
 
     def ready(c: int) -> bool:
         r = memo.get(c)
@@ -315,36 +321,34 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         n = cur[c]
         if n is None:
             return not to[c] and waits_ok(c, end_waits[c])
+        nid = n.id
         j = k[c]
-        st = steps[n.id]
+        st = steps[nid]
         if j == len(st):
             return True  # rows still to send stay in the node's persistent output rows
-        if n.id in plan.out_rows:
-            keep = plan.out_rows[n.id]
-            oy = st[j].oy
-            if any(r <= oy - keep for r in rows_out.get(n.id, ())):
-                return False
-        w = step_waits.get((n.id, j))
+        keep = out_rows.get(nid)
+        if keep is not None:
+            per_row = rows_out.get(nid)
+            if per_row:
+                lim = st[j].oy - keep
+                for r in per_row:
+                    if r <= lim:
+                        return False
+        w = step_waits.get((nid, j))
         if w is None:
-            w = step_waits[n.id, j] = wait_counts(before(n, j))
-        if not waits_ok(c, w):
-            return False
-        per_step = need_cols.get(n.id)
+            w = step_waits[nid, j] = wait_counts(before(n, j))
+        if w:
+            reg = ev[c]
+            for e, v in w:
+                if reg.get(e, 0) < v:
+                    return False
+        per_step = need_cols.get(nid)
         if per_step is None:
             return True
         for key, m in per_step[j]:
             if have[key] & m != m:
                 return False
         return True
-
-    def slot_free(d: int, at: int, lu: int | None) -> bool:
-        """The persistent slot a message's row goes to (row r of input x of consumer m, m at
-        position `at` on its core d; `lu` the last step of m that reads the slot's previous row,
-        None when there is none) holds no row m still reads."""
-        nd = ni[d]
-        if at < nd:
-            return False
-        return lu is None or (at == nd and lu < k[d])
 
     def key(c: int) -> tuple[int, int]:
         """The message slot core c is in: after step k of its current node, or the end of its
@@ -358,70 +362,98 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     # the (time, versions) of the last event pushed for each message id (an exchange) or core
     # tuple (a step): an event equal to it is still in the heap, ahead of any copy pushed now,
     # and whichever way it pops (it runs and touches its cores, or it is stale) the copy would
-    # pop stale, so the copy is not pushed
+    # pop stale, so the copy is not pushed. Heap entries: (time, is a step, push sequence, cores,
+    # their versions, message id or None); at equal times exchanges go first: they are short
+    # and free both cores
     last: dict = {}
-
-    def push(when: float, what: str, cs: tuple[int, ...], arg=None) -> None:
-        nonlocal seq
-        vs = tuple([ver[x] for x in cs])
-        tag = cs if arg is None else arg
-        if last.get(tag) == (when, vs):
-            return
-        last[tag] = (when, vs)
-        seq += 1
-        # at equal times exchanges go first: they are short and free both cores
-        heapq.heappush(heap, (when, what == "step", seq, what, cs, vs, arg))
 
     def offer(c: int) -> None:
         """Push the events core c can take part in now. A step waits while one of the core's
         messages can be exchanged before half the step would be done: the peer would otherwise
-        wait for the whole step (rendezvous)."""
+        wait for the whole step (rendezvous). A message can be exchanged once the persistent slot
+        its row goes to (row r of input x of consumer m, m at position `at` on its core d; `lu`
+        the last step of m that reads the slot's previous row, None when there is none) holds no
+        row m still reads."""
+        nonlocal seq
+        soon = INF
+        tc = t[c]
+        vc = ver[c]
+        base = tc if tc > now else now  # max(t[c], now)
         # the exchanges of one core pair are all due at the same time and the first one pushed
         # runs first and moves both cores on (staling the rest): push only that one
         # (pushed in message-id order, as a scan of all of c's pending messages would)
-        soon = INF
-        first = []
-        for d, msgs in to[c].items():
-            for mid, (*_, at, lu) in msgs.items():
-                if slot_free(d, at, lu):
-                    first.append((mid, d))
-                    break
-        first.sort()
-        for mid, d in first:
-            when = max(t[c], t[d], now)
-            soon = min(soon, when)
-            push(when, "xchg", (c, d), mid)
+        out = to[c]
+        if out:
+            first = []
+            for d, msgs in out.items():
+                nd = ni[d]
+                for mid, msg in msgs.items():
+                    at = msg[8]
+                    if at >= nd and (msg[9] is None or (at == nd and msg[9] < k[d])):
+                        first.append((mid, d))
+                        break
+            first.sort()
+            for mid, d in first:
+                td = t[d]
+                when = td if td > base else base
+                if when < soon:
+                    soon = when
+                vs = (vc, ver[d])
+                e = (when, vs)
+                if last.get(mid) != e:
+                    last[mid] = e
+                    seq += 1
+                    heappush(heap, (when, False, seq, (c, d), vs, mid))
+        nc = ni[c]
         for p in inbound[c]:
-            for mid, (*_, d, at, lu) in to[p].get(c, {}).items():
-                if slot_free(d, at, lu):
-                    when = max(t[p], t[c], now)
-                    soon = min(soon, when)
-                    push(when, "xchg", (p, c), mid)
+            msgs = to[p].get(c)
+            if not msgs:
+                continue
+            for mid, msg in msgs.items():
+                at = msg[8]
+                if at >= nc and (msg[9] is None or (at == nc and msg[9] < k[c])):
+                    tp = t[p]
+                    when = tp if tp > base else base
+                    if when < soon:
+                        soon = when
+                    vs = (ver[p], vc)
+                    e = (when, vs)
+                    if last.get(mid) != e:
+                        last[mid] = e
+                        seq += 1
+                        heappush(heap, (when, False, seq, (p, c), vs, mid))
                     break
-        if not ready(c):
+        r = memo.get(c)
+        if r is None:
+            r = memo[c] = _ready(c)
+        if not r:
             return
         n = cur[c]
-        members = gang.get(n.id) if n is not None and k[c] < len(steps[n.id]) else None
+        j = k[c]
+        nid = None if n is None or j == len(steps[n.id]) else n.id
+        members = gang.get(nid)
         if members is None:
             cs = (c,)
+            start = base
+            vs = (vc,)
         else:
             ok = tree_memo.get(members[0].id)
             if ok is None:
                 ok = tree_memo[members[0].id] = all(
-                    cur[m.core] is m and k[m.core] == k[c] and ready(m.core) for m in members
+                    cur[m.core] is m and k[m.core] == j and ready(m.core) for m in members
                 )
             if not ok:
                 return
-            cs = tuple(m.core for m in members)
-        start = max(now, *(t[x] for x in cs))
-        if n is not None and k[c] < len(steps[n.id]):
-            s = steps[n.id][k[c]]
-            if soon < start + (s.pb - s.pa) * lane[n.id] / 2:
-                return
-        push(start, "step", cs)
-
-    def touch(c: int) -> None:
-        ver[c] += 1
+            cs = gang_cores[nid]
+            start = max(now, *(t[x] for x in cs))
+            vs = tuple([ver[x] for x in cs])
+        if nid is not None and soon < start + half[nid][j]:
+            return
+        e = (start, vs)
+        if last.get(cs) != e:
+            last[cs] = e
+            seq += 1
+            heappush(heap, (start, True, seq, cs, vs, None))
 
     def run(c: int, when: float, woke: set[int]) -> None:
         n = cur[c]
@@ -477,18 +509,27 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
                 reg[tk.event] = reg.get(tk.event, 0) + 1
     for c in cores:
         offer(c)
+    heappop = heapq.heappop
     while heap:
-        when, _, _, what, cs, vs, mid = heapq.heappop(heap)
-        if tuple([ver[x] for x in cs]) != vs:
-            continue
-        now = max(now, when)
-        woke: set[int] = set(cs)
-        if what == "step":
-            for c in cs:
-                run(c, when, woke)
-                touch(c)
+        when, is_step, _, cs, vs, mid = heappop(heap)
+        if is_step:
+            if len(cs) == 1:
+                if ver[cs[0]] != vs[0]:
+                    continue
+            elif tuple([ver[x] for x in cs]) != vs:
+                continue
         else:
             p, d = cs
+            if ver[p] != vs[0] or ver[d] != vs[1]:
+                continue
+        if when > now:
+            now = when
+        woke: set[int] = set(cs)
+        if is_step:
+            for c in cs:
+                run(c, when, woke)
+                ver[c] += 1
+        else:
             to_d = to[p].get(d)
             if to_d is None or mid not in to_d:
                 continue
@@ -508,18 +549,18 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             t[p] = t[d] = when + (flits(arch, size) + len(sends) - 1) * link_latency_ns(arch, p, d)
             if d not in to[p]:
                 inbound[d].discard(p)
-            touch(p)
-            touch(d)
-        for x in woke:
-            if x in cs:
-                continue
-            touch(x)
+            ver[p] += 1
+            ver[d] += 1
         extra = set()
         for x in woke:
+            if x not in cs:
+                ver[x] += 1
             extra.update(inbound[x])
             n = cur[x]
-            if n is not None and n.id in gang:
-                extra.update(m.core for m in gang[n.id])
+            if n is not None:
+                g = gang_cores.get(n.id)
+                if g is not None:
+                    extra.update(g)
         memo.clear()
         tree_memo.clear()
         for x in woke | extra:
