@@ -21,6 +21,9 @@ TEMPS = (28, 29, 30, 31)
 T_DST = TEMPS[1]  # per-lane destination in a NoC producer's output row
 
 
+_FIELD_AT = {name: i for i, name in enumerate(INST_DTYPE.names)}
+
+
 class Block:
     """A per-lane instruction template over `lanes` lanes; a field is a scalar or a lane array."""
 
@@ -37,18 +40,17 @@ class Block:
         over the lanes; lane arrays fill their slot's column."""
         if not self.slots or self.lanes == 0:
             return make(0, 0)
-        k = len(self.slots)
-        out = np.zeros((self.lanes, k), dtype=INST_DTYPE)
-        rows: dict[str, list] = {"opcode": [op for op, _ in self.slots]}
+        records = []  # the scalar fields of each slot (0 where a lane array goes)
         columns = []
-        for i, (_, fields) in enumerate(self.slots):
+        for i, (op, fields) in enumerate(self.slots):
+            rec = [op, 0, 0, 0, 0, 0, 0, 0]
             for key, v in fields.items():
-                if not isinstance(v, (int, np.integer)):
+                if isinstance(v, (int, np.integer)):
+                    rec[_FIELD_AT[key]] = v
+                else:
                     columns.append((key, i, v))
-                elif v:
-                    rows.setdefault(key, [0] * k)[i] = v
-        for key, row in rows.items():
-            out[key] = np.array(row, dtype=INST_DTYPE[key])
+            records.append(tuple(rec))
+        out = np.tile(np.array(records, dtype=INST_DTYPE), (self.lanes, 1))
         for key, i, v in columns:
             out[key][:, i] = v
         return out.reshape(-1)
