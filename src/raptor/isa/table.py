@@ -26,6 +26,8 @@ INST_DTYPE = np.dtype(
 assert INST_DTYPE.itemsize == 20
 
 FIELDS = INST_DTYPE.names
+# one record as 20 opaque bytes: copies, joins and repeats of these skip the per-field dtype checks
+RECORD = np.dtype((np.void, INST_DTYPE.itemsize))
 
 
 def empty(n: int = 0) -> np.ndarray:
@@ -90,16 +92,13 @@ def concat(blocks: list[np.ndarray]) -> np.ndarray:
     # joined as opaque 20-byte records: np.concatenate (and slice assignment) of the structured
     # dtype compare and promote the field layout once per block, which cost more than the copy
     if all(b.dtype == INST_DTYPE for b in blocks):
-        return np.concatenate([b.view(_RECORD) for b in blocks]).view(INST_DTYPE)
+        return np.concatenate([b.view(RECORD) for b in blocks]).view(INST_DTYPE)
     out = np.empty(sum(len(b) for b in blocks), dtype=INST_DTYPE)
     at = 0
     for b in blocks:
         out[at : at + len(b)] = b
         at += len(b)
     return out
-
-
-_RECORD = np.dtype((np.void, INST_DTYPE.itemsize))
 
 
 def interleave(blocks: list[np.ndarray]) -> np.ndarray:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from raptor.isa.opcodes import OFFSET_RD, OFFSET_RS1, Opcode
-from raptor.isa.table import INST_DTYPE, make
+from raptor.isa.table import INST_DTYPE, RECORD, make
 
 R_ZERO, R_IN0, R_IN1, R_OUT, R_CONST = 0, 1, 2, 3, 4
 FIRST_LOCAL, LAST_LOCAL = 5, 27
@@ -50,7 +50,8 @@ class Block:
                 else:
                     columns.append((key, i, v))
             records.append(tuple(rec))
-        out = np.tile(np.array(records, dtype=INST_DTYPE), (self.lanes, 1))
+        row = np.array(records, dtype=INST_DTYPE).view(RECORD)  # repeated as opaque records
+        out = np.repeat(row[None], self.lanes, 0).view(INST_DTYPE)
         for key, i, v in columns:
             out[key][:, i] = v
         return out.reshape(-1)
