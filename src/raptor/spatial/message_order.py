@@ -296,7 +296,9 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             toks += sg.tokens_after.get(n.id, [])
         return toks
 
-    memo: dict[int, bool] = {}  # ready() of each core while no event runs (offers only push)
+    # ready() of each core at its version: it reads only the core's own state (its node, step,
+    # event registers, received columns, pending rows), and every change to that touches the core
+    memo: dict[int, tuple[int, bool]] = {}
     # whether a reduction tree's members all sit at the same step of it, ready, while no event
     # runs (the same for whichever member asks): keyed by the tree's first node id
     tree_memo: dict[int, bool] = {}
@@ -309,9 +311,9 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
 
     def ready(c: int) -> bool:
         r = memo.get(c)
-        if r is None:
-            r = memo[c] = _ready(c)
-        return r
+        if r is None or r[0] != ver[c]:
+            r = memo[c] = (ver[c], _ready(c))
+        return r[1]
 
     def _ready(c: int) -> bool:
         """Core c can run its next event: a step (its output row slot free: the row computed
@@ -424,9 +426,9 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
                         heappush(heap, (when, False, seq, (p, c), vs, mid))
                     break
         r = memo.get(c)
-        if r is None:
-            r = memo[c] = _ready(c)
-        if not r:
+        if r is None or r[0] != vc:
+            r = memo[c] = (vc, _ready(c))
+        if not r[1]:
             return
         n = cur[c]
         j = k[c]
@@ -561,7 +563,6 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
                 g = gang_cores.get(n.id)
                 if g is not None:
                     extra.update(g)
-        memo.clear()
         tree_memo.clear()
         for x in woke | extra:
             offer(x)
