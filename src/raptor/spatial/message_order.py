@@ -361,12 +361,12 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             return (n.id, len(steps[n.id]))
         return (n.id, k[c])
 
-    # the (time, versions) of the last event pushed for each message id (an exchange) or core
-    # tuple (a step): an event equal to it is still in the heap, ahead of any copy pushed now,
-    # and whichever way it pops (it runs and touches its cores, or it is stale) the copy would
-    # pop stale, so the copy is not pushed. Heap entries: (time, is a step, push sequence, cores,
-    # their versions, message id or None); at equal times exchanges go first: they are short
-    # and free both cores
+    # the time and versions of the last event pushed for each message id (an exchange: time,
+    # sender's version, receiver's version) or core tuple (a step: time, version tuple): an
+    # event equal to it is still in the heap, ahead of any copy pushed now, and whichever way it
+    # pops (it runs and touches its cores, or it is stale) the copy would pop stale, so the copy
+    # is not pushed. Heap entries: (time, is a step, push sequence, cores, their versions,
+    # message id or None); at equal times exchanges go first: they are short and free both cores
     last: dict = {}
 
     def offer(c: int) -> None:
@@ -400,12 +400,12 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
                 when = td if td > base else base
                 if when < soon:
                     soon = when
-                vs = (vc, ver[d])
-                e = (when, vs)
+                vd = ver[d]
+                e = (when, vc, vd)
                 if last.get(mid) != e:
                     last[mid] = e
                     seq += 1
-                    heappush(heap, (when, False, seq, (c, d), vs, mid))
+                    heappush(heap, (when, False, seq, (c, d), (vc, vd), mid))
         nc = ni[c]
         for p in inbound[c]:
             msgs = to[p].get(c)
@@ -418,12 +418,12 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
                     when = tp if tp > base else base
                     if when < soon:
                         soon = when
-                    vs = (ver[p], vc)
-                    e = (when, vs)
+                    vp = ver[p]
+                    e = (when, vp, vc)
                     if last.get(mid) != e:
                         last[mid] = e
                         seq += 1
-                        heappush(heap, (when, False, seq, (p, c), vs, mid))
+                        heappush(heap, (when, False, seq, (p, c), (vp, vc), mid))
                     break
         r = memo.get(c)
         if r is None or r[0] != vc:
