@@ -107,9 +107,9 @@ def message_records(ctx: LowerCtx, node: ComputeNode, reg: int):
         if not ms:
             return []
         out = []  # per message: sldi reg, addr; then send/recv reg, peer, size
-        for m in ms:
-            out.append((SLDI, reg, 0, 0, m.addr, 0, 0, 0))
-            out.append((SEND if m.send else RECV, reg, 0, 0, m.peer, 0, 0, m.size))
+        for send, peer, addr, size in ms:  # message_order.Comm
+            out.append((SLDI, reg, 0, 0, addr, 0, 0, 0))
+            out.append((SEND if send else RECV, reg, 0, 0, peer, 0, 0, size))
         return [np.array(out, dtype=INST_DTYPE)]
 
     return records

@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from raptor.arch import Arch
 from raptor.spatial.geometry import lines_geometry
@@ -92,8 +93,7 @@ def step_need(sg: SpatialGraph, n: ComputeNode, s: Step) -> list[tuple[int, int]
     return [(y + i, mask) for i in range(i0, i1) if 0 <= y + i < v.height]
 
 
-@dataclass(frozen=True, slots=True)
-class Comm:
+class Comm(NamedTuple):
     """A send (to `peer`) or recv (from `peer`) of `size` bytes at local address `addr` (a
     producer's persistent output row, or a fed node's input row slot)."""
 
@@ -543,8 +543,8 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             if not per_row[r]:
                 del per_row[r]
             sends, recvs = _message(sg, plan, n, m, src, r, x0, x1)
-            comm.setdefault(key(p), []).extend(Comm(True, d, a, z) for a, z in sends)
-            comm.setdefault(key(d), []).extend(Comm(False, p, a, z) for a, z in recvs)
+            comm.setdefault(key(p), []).extend([Comm(True, d, a, z) for a, z in sends])
+            comm.setdefault(key(d), []).extend([Comm(False, p, a, z) for a, z in recvs])
             cr, shift = plan.consumer_row(src, r)
             have[m.id, cr, si] |= (1 << (x1 + shift)) - (1 << (x0 + shift))
             size = sum(z for _, z in sends)
