@@ -73,24 +73,29 @@ def _step_mask(s: Step, w: int) -> int:
     return (1 << (s.pb - s.oy * w)) - (1 << (s.pa - s.oy * w))
 
 
-def step_need(sg: SpatialGraph, n: ComputeNode, s: Step) -> list[tuple[int, int]]:
-    """(input row, bit mask of its columns) of the window input that step s of a line-buffer
-    node reads."""
+def step_need(sg: SpatialGraph, n: ComputeNode, steps: list[Step]) -> list[list[tuple[int, int]]]:
+    """(input row, bit mask of its columns) of the window input that each of `steps` of a
+    line-buffer node reads."""
     ly = sg.layers[n.layer]
     v = ly.inputs[0]
     kh, kw = ly.kernel_shape
     sh, sw = ly.strides
+    pt, pl = ly.pads[0], ly.pads[1]
     if n.kind == NodeKind.MVM:
         i0, i1, _, _, _ = lines_geometry(ly, n)
     else:
         i0, i1 = 0, kh
-    y = s.oy * sh - ly.pads[0]
     ow = ly.output.width
-    xa, xb = s.pa - s.oy * ow, s.pb - s.oy * ow
-    a = max(0, xa * sw - ly.pads[1])
-    b = min(v.width, (xb - 1) * sw - ly.pads[1] + kw)
-    mask = (1 << b) - (1 << a) if b > a else 0
-    return [(y + i, mask) for i in range(i0, i1) if 0 <= y + i < v.height]
+    width, height = v.width, v.height
+    out = []
+    for s in steps:
+        y = s.oy * sh - pt
+        xa, xb = s.pa - s.oy * ow, s.pb - s.oy * ow
+        a = max(0, xa * sw - pl)
+        b = min(width, (xb - 1) * sw - pl + kw)
+        mask = (1 << b) - (1 << a) if b > a else 0
+        out.append([(y + i, mask) for i in range(i0, i1) if 0 <= y + i < height])
+    return out
 
 
 class Comm(NamedTuple):
@@ -208,7 +213,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             a, b = plan.columns(n, 0, 0)
             window = [[(0, 0, (1 << b) - (1 << a))] for _ in steps[n.id]]
         else:
-            window = [[(0, r, mask) for r, mask in step_need(sg, n, s)] for s in steps[n.id]]
+            window = [[(0, r, mask) for r, mask in rows] for rows in step_need(sg, n, steps[n.id])]
         need[n.id] = [
             (window[j] if 0 in ks else []) + ([(1, s.oy, _step_mask(s, w))] if 1 in ks else [])
             for j, s in enumerate(steps[n.id])
