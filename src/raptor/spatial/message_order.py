@@ -366,13 +366,20 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             return (n.id, len(steps[n.id]))
         return (n.id, k[c])
 
-    # the time and versions of the last event pushed for each message id (an exchange: time,
-    # sender's version, receiver's version) or core tuple (a step: time, version tuple): an
+    # the time and versions of the last event pushed for each message id (an exchange: sender's
+    # version, receiver's version, time) or core tuple (a step: time, version tuple): an
     # event equal to it is still in the heap, ahead of any copy pushed now, and whichever way it
     # pops (it runs and touches its cores, or it is stale) the copy would pop stale, so the copy
     # is not pushed. Heap entries: (time, is a step, push sequence, cores, their versions,
     # message id or None); at equal times exchanges go first: they are short and free both cores
     last: dict = {}
+    # producer core -> consumer core -> (their versions, time of the pair's first free message or
+    # INF when none is free) at the pair's last scan. Nothing a scan reads (the pair's pending
+    # messages, the consumer's node and step, both cores' free times) changes without touching
+    # one of the two cores, and the pushed event stays in the heap (a valid event runs only when
+    # `now` reaches its time, and running touches both cores): with the same versions a new scan
+    # finds the same message due at the same time, whose push would be a duplicate
+    pair: dict[int, dict[int, tuple[int, int, float]]] = {c: {} for c in cores}
 
     def offer(c: int) -> None:
         """Push the events core c can take part in now. A step waits while one of the core's
@@ -388,25 +395,35 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         base = tc if tc > now else now  # max(t[c], now)
         # the exchanges of one core pair are all due at the same time and the first one pushed
         # runs first and moves both cores on (staling the rest): push only that one
-        # (pushed in message-id order, as a scan of all of c's pending messages would)
+        # (pushed in message-id order, as a scan of all of c's pending messages would). A pair
+        # whose two versions are those of its last scan is not scanned again: its first free
+        # message is the same, already pushed at the same time (`pair` above)
         out = to[c]
         if out:
             first = []
+            mine = pair[c]
             for d, msgs in out.items():
+                vd = ver[d]
+                got = mine.get(d)
+                if got is not None and got[0] == vc and got[1] == vd:
+                    if got[2] < soon:
+                        soon = got[2]
+                    continue
                 nd = ni[d]
                 for mid, msg in msgs.items():
                     at = msg[8]
                     if at >= nd and (msg[9] is None or (at == nd and msg[9] < k[d])):
-                        first.append((mid, d))
+                        first.append((mid, d, vd))
                         break
+                else:
+                    mine[d] = (vc, vd, INF)
             first.sort()
-            for mid, d in first:
+            for mid, d, vd in first:
                 td = t[d]
                 when = td if td > base else base
                 if when < soon:
                     soon = when
-                vd = ver[d]
-                e = (when, vc, vd)
+                mine[d] = e = (vc, vd, when)
                 if last.get(mid) != e:
                     last[mid] = e
                     seq += 1
@@ -416,6 +433,13 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             msgs = to[p].get(c)
             if not msgs:
                 continue
+            vp = ver[p]
+            theirs = pair[p]
+            got = theirs.get(c)
+            if got is not None and got[0] == vp and got[1] == vc:
+                if got[2] < soon:
+                    soon = got[2]
+                continue
             for mid, msg in msgs.items():
                 at = msg[8]
                 if at >= nc and (msg[9] is None or (at == nc and msg[9] < k[c])):
@@ -423,13 +447,14 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
                     when = tp if tp > base else base
                     if when < soon:
                         soon = when
-                    vp = ver[p]
-                    e = (when, vp, vc)
+                    theirs[c] = e = (vp, vc, when)
                     if last.get(mid) != e:
                         last[mid] = e
                         seq += 1
                         heappush(heap, (when, False, seq, (p, c), (vp, vc), mid))
                     break
+            else:
+                theirs[c] = (vp, vc, INF)
         r = memo.get(c)
         if r is None or r[0] != vc:
             r = memo[c] = (vc, _ready(c))
