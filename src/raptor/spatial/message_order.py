@@ -381,13 +381,58 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     # finds the same message due at the same time, whose push would be a duplicate
     pair: dict[int, dict[int, tuple[int, int, float]]] = {c: {} for c in cores}
 
+    def free_mid(msgs: dict[int, tuple], d: int) -> int | None:
+        """Id of the first of `msgs` (pending messages to core d) whose slot is free: the
+        persistent slot its row goes to (row r of input x of consumer m, m at position `at` on
+        d; `lu` the last step of m that reads the slot's previous row, None when there is none)
+        holds no row m still reads."""
+        nd = ni[d]
+        kd = k[d]
+        for mid, msg in msgs.items():
+            at, lu = msg[8], msg[9]
+            if at >= nd and (lu is None or (at == nd and lu < kd)):
+                return mid
+        return None
+
+    def scanned(sent: dict[int, tuple[int, int, float]], d: int, vp: int, vd: int) -> float | None:
+        """When the pair (producer with scans `sent`, core d) has versions (vp, vd) of its last
+        scan: the time of its first free message then (INF: none), else None."""
+        got = sent.get(d)
+        if got is not None and got[0] == vp and got[1] == vd:
+            return got[2]
+        return None
+
+    def push_exchange(p: int, d: int, vp: int, vd: int, when: float, mid: int) -> tuple:
+        """Push the exchange of message `mid` from core p (version vp) to core d (version vd) at
+        `when` unless the same event was the last pushed for it; returns (vp, vd, when)."""
+        nonlocal seq
+        e = (vp, vd, when)
+        if last.get(mid) != e:
+            last[mid] = e
+            seq += 1
+            heappush(heap, (when, False, seq, (p, d), (vp, vd), mid))
+        return e
+
+    def exchange_due(p: int, d: int, msgs: dict[int, tuple], vd: int) -> float:
+        """Push the first free of `msgs` (pending from core p to core d, version vd) unless the
+        pair was scanned at these versions; returns when it is due (INF: none is free)."""
+        vp = ver[p]
+        sent = pair[p]
+        w = scanned(sent, d, vp, vd)
+        if w is not None:
+            return w
+        mid = free_mid(msgs, d)
+        if mid is None:
+            sent[d] = (vp, vd, INF)
+            return INF
+        when = max(t[p], t[d], now)
+        sent[d] = push_exchange(p, d, vp, vd, when, mid)
+        return when
+
     def offer(c: int) -> None:
         """Push the events core c can take part in now. A step waits while one of the core's
         messages can be exchanged before half the step would be done: the peer would otherwise
-        wait for the whole step (rendezvous). A message can be exchanged once the persistent slot
-        its row goes to (row r of input x of consumer m, m at position `at` on its core d; `lu`
-        the last step of m that reads the slot's previous row, None when there is none) holds no
-        row m still reads."""
+        wait for the whole step (rendezvous)."""
         nonlocal seq
         soon = INF
         tc = t[c]
@@ -404,57 +449,29 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             mine = pair[c]
             for d, msgs in out.items():
                 vd = ver[d]
-                got = mine.get(d)
-                if got is not None and got[0] == vc and got[1] == vd:
-                    if got[2] < soon:
-                        soon = got[2]
+                w = scanned(mine, d, vc, vd)
+                if w is not None:
+                    soon = w if w < soon else soon
                     continue
-                nd = ni[d]
-                for mid, msg in msgs.items():
-                    at = msg[8]
-                    if at >= nd and (msg[9] is None or (at == nd and msg[9] < k[d])):
-                        first.append((mid, d, vd))
-                        break
-                else:
+                mid = free_mid(msgs, d)
+                if mid is None:
                     mine[d] = (vc, vd, INF)
+                else:
+                    first.append((mid, d, vd))
             first.sort()
             for mid, d, vd in first:
                 td = t[d]
                 when = td if td > base else base
                 if when < soon:
                     soon = when
-                mine[d] = e = (vc, vd, when)
-                if last.get(mid) != e:
-                    last[mid] = e
-                    seq += 1
-                    heappush(heap, (when, False, seq, (c, d), (vc, vd), mid))
-        nc = ni[c]
+                mine[d] = push_exchange(c, d, vc, vd, when, mid)
         for p in inbound[c]:
             msgs = to[p].get(c)
             if not msgs:
                 continue
-            vp = ver[p]
-            theirs = pair[p]
-            got = theirs.get(c)
-            if got is not None and got[0] == vp and got[1] == vc:
-                if got[2] < soon:
-                    soon = got[2]
-                continue
-            for mid, msg in msgs.items():
-                at = msg[8]
-                if at >= nc and (msg[9] is None or (at == nc and msg[9] < k[c])):
-                    tp = t[p]
-                    when = tp if tp > base else base
-                    if when < soon:
-                        soon = when
-                    theirs[c] = e = (vp, vc, when)
-                    if last.get(mid) != e:
-                        last[mid] = e
-                        seq += 1
-                        heappush(heap, (when, False, seq, (p, c), (vp, vc), mid))
-                    break
-            else:
-                theirs[c] = (vp, vc, INF)
+            w = exchange_due(p, c, msgs, vc)
+            if w < soon:
+                soon = w
         r = memo.get(c)
         if r is None or r[0] != vc:
             r = memo[c] = (vc, _ready(c))
