@@ -36,8 +36,8 @@ class Block:
 
     def build(self) -> np.ndarray:
         """The records lane by lane: every slot of lane 0, then of lane 1, ... (what
-        interleaving one block per slot gives). Scalars go in one row per field, broadcast
-        over the lanes; lane arrays fill their slot's column."""
+        interleaving one block per slot gives). The scalars of each slot make one record,
+        repeated over the lanes; lane arrays then fill their slot's column."""
         if not self.slots or self.lanes == 0:
             return make(0, 0)
         records = []  # the scalar fields of each slot (0 where a lane array goes)
