@@ -394,14 +394,6 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
                 return mid
         return None
 
-    def scanned(sent: dict[int, tuple[int, int, float]], d: int, vp: int, vd: int) -> float | None:
-        """When the pair (producer with scans `sent`, core d) has versions (vp, vd) of its last
-        scan: the time of its first free message then (INF: none), else None."""
-        got = sent.get(d)
-        if got is not None and got[0] == vp and got[1] == vd:
-            return got[2]
-        return None
-
     def push_exchange(p: int, d: int, vp: int, vd: int, when: float, mid: int) -> tuple:
         """Push the exchange of message `mid` from core p (version vp) to core d (version vd) at
         `when` unless the same event was the last pushed for it; returns (vp, vd, when)."""
@@ -418,14 +410,16 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         pair was scanned at these versions; returns when it is due (INF: none is free)."""
         vp = ver[p]
         sent = pair[p]
-        w = scanned(sent, d, vp, vd)
-        if w is not None:
-            return w
+        got = sent.get(d)
+        if got is not None and got[0] == vp and got[1] == vd:
+            return got[2]
         mid = free_mid(msgs, d)
         if mid is None:
             sent[d] = (vp, vd, INF)
             return INF
-        when = max(t[p], t[d], now)
+        tp, td = t[p], t[d]
+        when = tp if tp > td else td
+        when = when if when > now else now  # max(t[p], t[d], now)
         sent[d] = push_exchange(p, d, vp, vd, when, mid)
         return when
 
@@ -449,9 +443,9 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             mine = pair[c]
             for d, msgs in out.items():
                 vd = ver[d]
-                w = scanned(mine, d, vc, vd)
-                if w is not None:
-                    soon = w if w < soon else soon
+                got = mine.get(d)
+                if got is not None and got[0] == vc and got[1] == vd:  # scanned at these versions
+                    soon = got[2] if got[2] < soon else soon
                     continue
                 mid = free_mid(msgs, d)
                 if mid is None:
