@@ -13,12 +13,15 @@ from __future__ import annotations
 import numpy as np
 
 from raptor.isa.opcodes import OFFSET_RD, OFFSET_RS1, Opcode
-from raptor.isa.table import INST_DTYPE, make
+from raptor.isa.table import INST_DTYPE, RECORD, make
 
 R_ZERO, R_IN0, R_IN1, R_OUT, R_CONST = 0, 1, 2, 3, 4
 FIRST_LOCAL, LAST_LOCAL = 5, 27
 TEMPS = (28, 29, 30, 31)
 T_DST = TEMPS[1]  # per-lane destination in a NoC producer's output row
+
+
+_FIELD_AT = {name: i for i, name in enumerate(INST_DTYPE.names)}
 
 
 class Block:
@@ -33,22 +36,22 @@ class Block:
 
     def build(self) -> np.ndarray:
         """The records lane by lane: every slot of lane 0, then of lane 1, ... (what
-        interleaving one block per slot gives). Scalars go in one row per field, broadcast
-        over the lanes; lane arrays fill their slot's column."""
+        interleaving one block per slot gives). The scalars of each slot make one record,
+        repeated over the lanes; lane arrays then fill their slot's column."""
         if not self.slots or self.lanes == 0:
             return make(0, 0)
-        k = len(self.slots)
-        out = np.zeros((self.lanes, k), dtype=INST_DTYPE)
-        rows: dict[str, list] = {"opcode": [op for op, _ in self.slots]}
+        records = []  # the scalar fields of each slot (0 where a lane array goes)
         columns = []
-        for i, (_, fields) in enumerate(self.slots):
+        for i, (op, fields) in enumerate(self.slots):
+            rec = [op, 0, 0, 0, 0, 0, 0, 0]
             for key, v in fields.items():
-                if not isinstance(v, (int, np.integer)):
+                if isinstance(v, (int, np.integer)):
+                    rec[_FIELD_AT[key]] = v
+                else:
                     columns.append((key, i, v))
-                elif v:
-                    rows.setdefault(key, [0] * k)[i] = v
-        for key, row in rows.items():
-            out[key] = np.array(row, dtype=INST_DTYPE[key])
+            records.append(tuple(rec))
+        row = np.array(records, dtype=INST_DTYPE).view(RECORD)  # repeated as opaque records
+        out = np.repeat(row[None], self.lanes, 0).view(INST_DTYPE)
         for key, i, v in columns:
             out[key][:, i] = v
         return out.reshape(-1)

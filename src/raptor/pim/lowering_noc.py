@@ -7,12 +7,14 @@ from __future__ import annotations
 import numpy as np
 
 from raptor.isa.opcodes import OFFSET_RD, OFFSET_RS1, Opcode
-from raptor.isa.table import interleave, make
+from raptor.isa.table import INST_DTYPE, make
 from raptor.pim.emit import R_IN0, R_OUT, R_ZERO, Block, chunks, sldi
 from raptor.pim.lowering_ctx import LowerCtx
 from raptor.spatial.geometry import lines_geometry
 from raptor.spatial.ir import ComputeNode, NodeKind
 from raptor.spatial.message_order import row_segments, row_steps
+
+SLDI, SEND, RECV = int(Opcode.SLDI), int(Opcode.SEND), int(Opcode.RECV)
 
 
 def line_steps(
@@ -104,13 +106,11 @@ def message_records(ctx: LowerCtx, node: ComputeNode, reg: int):
         ms = slots.get((node.id, k), ()) if k is not None else ()
         if not ms:
             return []
-        n = len(ms)
-        addr = np.fromiter((m.addr for m in ms), np.int64, n)
-        peer = np.fromiter((m.peer for m in ms), np.int64, n)
-        size = np.fromiter((m.size for m in ms), np.int64, n)
-        op = np.where(np.fromiter((m.send for m in ms), bool, n), Opcode.SEND, Opcode.RECV)
-        sldi = make(Opcode.SLDI, n, rd=reg, r2_or_imm=addr)
-        return [interleave([sldi, make(op, n, rd=reg, r2_or_imm=peer, generic3=size)])]
+        out = []  # per message: sldi reg, addr; then send/recv reg, peer, size
+        for send, peer, addr, size in ms:  # message_order.Comm
+            out.append((SLDI, reg, 0, 0, addr, 0, 0, 0))
+            out.append((SEND if send else RECV, reg, 0, 0, peer, 0, 0, size))
+        return [np.array(out, dtype=INST_DTYPE)]
 
     return records
 

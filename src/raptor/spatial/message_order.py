@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from raptor.arch import Arch
 from raptor.spatial.geometry import lines_geometry
@@ -72,28 +73,32 @@ def _step_mask(s: Step, w: int) -> int:
     return (1 << (s.pb - s.oy * w)) - (1 << (s.pa - s.oy * w))
 
 
-def step_need(sg: SpatialGraph, n: ComputeNode, s: Step) -> list[tuple[int, int]]:
-    """(input row, bit mask of its columns) of the window input that step s of a line-buffer
-    node reads."""
+def step_need(sg: SpatialGraph, n: ComputeNode, steps: list[Step]) -> list[list[tuple[int, int]]]:
+    """(input row, bit mask of its columns) of the window input that each of `steps` of a
+    line-buffer node reads."""
     ly = sg.layers[n.layer]
     v = ly.inputs[0]
     kh, kw = ly.kernel_shape
     sh, sw = ly.strides
+    pt, pl = ly.pads[0], ly.pads[1]
     if n.kind == NodeKind.MVM:
         i0, i1, _, _, _ = lines_geometry(ly, n)
     else:
         i0, i1 = 0, kh
-    y = s.oy * sh - ly.pads[0]
     ow = ly.output.width
-    xa, xb = s.pa - s.oy * ow, s.pb - s.oy * ow
-    a = max(0, xa * sw - ly.pads[1])
-    b = min(v.width, (xb - 1) * sw - ly.pads[1] + kw)
-    mask = (1 << b) - (1 << a) if b > a else 0
-    return [(y + i, mask) for i in range(i0, i1) if 0 <= y + i < v.height]
+    width, height = v.width, v.height
+    out = []
+    for s in steps:
+        y = s.oy * sh - pt
+        xa, xb = s.pa - s.oy * ow, s.pb - s.oy * ow
+        a = max(0, xa * sw - pl)
+        b = min(width, (xb - 1) * sw - pl + kw)
+        mask = (1 << b) - (1 << a) if b > a else 0
+        out.append([(y + i, mask) for i in range(i0, i1) if 0 <= y + i < height])
+    return out
 
 
-@dataclass(frozen=True, slots=True)
-class Comm:
+class Comm(NamedTuple):
     """A send (to `peer`) or recv (from `peer`) of `size` bytes at local address `addr` (a
     producer's persistent output row, or a fed node's input row slot)."""
 
@@ -208,7 +213,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             a, b = plan.columns(n, 0, 0)
             window = [[(0, 0, (1 << b) - (1 << a))] for _ in steps[n.id]]
         else:
-            window = [[(0, r, mask) for r, mask in step_need(sg, n, s)] for s in steps[n.id]]
+            window = [[(0, r, mask) for r, mask in rows] for rows in step_need(sg, n, steps[n.id])]
         need[n.id] = [
             (window[j] if 0 in ks else []) + ([(1, s.oy, _step_mask(s, w))] if 1 in ks else [])
             for j, s in enumerate(steps[n.id])
@@ -296,16 +301,24 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             toks += sg.tokens_after.get(n.id, [])
         return toks
 
-    memo: dict[int, bool] = {}  # ready() of each core while no event runs (offers only push)
+    # ready() of each core at its version: it reads only the core's own state (its node, step,
+    # event registers, received columns, pending rows), and every change to that touches the core
+    memo: dict[int, tuple[int, bool]] = {}
     # whether a reduction tree's members all sit at the same step of it, ready, while no event
     # runs (the same for whichever member asks): keyed by the tree's first node id
     tree_memo: dict[int, bool] = {}
+    out_rows = plan.out_rows
+    # the cores of each node's reduction tree, and half the time of each step (the margin by
+    # which a due exchange holds a step back)
+    gang_cores = {nid: tuple(m.core for m in ms) for nid, ms in gang.items()}
+    half = {nid: [(s.pb - s.pa) * lane[nid] / 2 for s in st] for nid, st in steps.items()}
+    heappush = heapq.heappush
 
     def ready(c: int) -> bool:
         r = memo.get(c)
-        if r is None:
-            r = memo[c] = _ready(c)
-        return r
+        if r is None or r[0] != ver[c]:
+            r = memo[c] = (ver[c], _ready(c))
+        return r[1]
 
     def _ready(c: int) -> bool:
         """Core c can run its next event: a step (its output row slot free: the row computed
@@ -315,36 +328,34 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         n = cur[c]
         if n is None:
             return not to[c] and waits_ok(c, end_waits[c])
+        nid = n.id
         j = k[c]
-        st = steps[n.id]
+        st = steps[nid]
         if j == len(st):
             return True  # rows still to send stay in the node's persistent output rows
-        if n.id in plan.out_rows:
-            keep = plan.out_rows[n.id]
-            oy = st[j].oy
-            if any(r <= oy - keep for r in rows_out.get(n.id, ())):
-                return False
-        w = step_waits.get((n.id, j))
+        keep = out_rows.get(nid)
+        if keep is not None:
+            per_row = rows_out.get(nid)
+            if per_row:
+                lim = st[j].oy - keep
+                for r in per_row:
+                    if r <= lim:
+                        return False
+        w = step_waits.get((nid, j))
         if w is None:
-            w = step_waits[n.id, j] = wait_counts(before(n, j))
-        if not waits_ok(c, w):
-            return False
-        per_step = need_cols.get(n.id)
+            w = step_waits[nid, j] = wait_counts(before(n, j))
+        if w:
+            reg = ev[c]
+            for e, v in w:
+                if reg.get(e, 0) < v:
+                    return False
+        per_step = need_cols.get(nid)
         if per_step is None:
             return True
         for key, m in per_step[j]:
             if have[key] & m != m:
                 return False
         return True
-
-    def slot_free(d: int, at: int, lu: int | None) -> bool:
-        """The persistent slot a message's row goes to (row r of input x of consumer m, m at
-        position `at` on its core d; `lu` the last step of m that reads the slot's previous row,
-        None when there is none) holds no row m still reads."""
-        nd = ni[d]
-        if at < nd:
-            return False
-        return lu is None or (at == nd and lu < k[d])
 
     def key(c: int) -> tuple[int, int]:
         """The message slot core c is in: after step k of its current node, or the end of its
@@ -355,73 +366,137 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             return (n.id, len(steps[n.id]))
         return (n.id, k[c])
 
-    # the (time, versions) of the last event pushed for each message id (an exchange) or core
-    # tuple (a step): an event equal to it is still in the heap, ahead of any copy pushed now,
-    # and whichever way it pops (it runs and touches its cores, or it is stale) the copy would
-    # pop stale, so the copy is not pushed
+    # the time and versions of the last event pushed for each message id (an exchange: sender's
+    # version, receiver's version, time) or core tuple (a step: time, version tuple): an
+    # event equal to it is still in the heap, ahead of any copy pushed now, and whichever way it
+    # pops (it runs and touches its cores, or it is stale) the copy would pop stale, so the copy
+    # is not pushed. Heap entries: (time, is a step, push sequence, cores, their versions,
+    # message id or None); at equal times exchanges go first: they are short and free both cores
     last: dict = {}
+    # producer core -> consumer core -> (their versions, time of the pair's first free message or
+    # INF when none is free) at the pair's last scan. Nothing a scan reads (the pair's pending
+    # messages, the consumer's node and step, both cores' free times) changes without touching
+    # one of the two cores, and the pushed event stays in the heap (a valid event runs only when
+    # `now` reaches its time, and running touches both cores): with the same versions a new scan
+    # finds the same message due at the same time, whose push would be a duplicate
+    pair: dict[int, dict[int, tuple[int, int, float]]] = {c: {} for c in cores}
 
-    def push(when: float, what: str, cs: tuple[int, ...], arg=None) -> None:
+    def free_mid(msgs: dict[int, tuple], d: int) -> int | None:
+        """Id of the first of `msgs` (pending messages to core d) whose slot is free: the
+        persistent slot its row goes to (row r of input x of consumer m, m at position `at` on
+        d; `lu` the last step of m that reads the slot's previous row, None when there is none)
+        holds no row m still reads."""
+        nd = ni[d]
+        kd = k[d]
+        for mid, msg in msgs.items():
+            at, lu = msg[8], msg[9]
+            if at >= nd and (lu is None or (at == nd and lu < kd)):
+                return mid
+        return None
+
+    def push_exchange(p: int, d: int, vp: int, vd: int, when: float, mid: int) -> tuple:
+        """Push the exchange of message `mid` from core p (version vp) to core d (version vd) at
+        `when` unless the same event was the last pushed for it; returns (vp, vd, when)."""
         nonlocal seq
-        vs = tuple([ver[x] for x in cs])
-        tag = cs if arg is None else arg
-        if last.get(tag) == (when, vs):
-            return
-        last[tag] = (when, vs)
-        seq += 1
-        # at equal times exchanges go first: they are short and free both cores
-        heapq.heappush(heap, (when, what == "step", seq, what, cs, vs, arg))
+        e = (vp, vd, when)
+        if last.get(mid) != e:
+            last[mid] = e
+            seq += 1
+            heappush(heap, (when, False, seq, (p, d), (vp, vd), mid))
+        return e
+
+    def exchange_due(p: int, d: int, msgs: dict[int, tuple], vd: int) -> float:
+        """Push the first free of `msgs` (pending from core p to core d, version vd) unless the
+        pair was scanned at these versions; returns when it is due (INF: none is free)."""
+        vp = ver[p]
+        sent = pair[p]
+        got = sent.get(d)
+        if got is not None and got[0] == vp and got[1] == vd:
+            return got[2]
+        mid = free_mid(msgs, d)
+        if mid is None:
+            sent[d] = (vp, vd, INF)
+            return INF
+        tp, td = t[p], t[d]
+        when = tp if tp > td else td
+        when = when if when > now else now  # max(t[p], t[d], now)
+        sent[d] = push_exchange(p, d, vp, vd, when, mid)
+        return when
 
     def offer(c: int) -> None:
         """Push the events core c can take part in now. A step waits while one of the core's
         messages can be exchanged before half the step would be done: the peer would otherwise
         wait for the whole step (rendezvous)."""
+        nonlocal seq
+        soon = INF
+        tc = t[c]
+        vc = ver[c]
+        base = tc if tc > now else now  # max(t[c], now)
         # the exchanges of one core pair are all due at the same time and the first one pushed
         # runs first and moves both cores on (staling the rest): push only that one
-        # (pushed in message-id order, as a scan of all of c's pending messages would)
-        soon = INF
-        first = []
-        for d, msgs in to[c].items():
-            for mid, (*_, at, lu) in msgs.items():
-                if slot_free(d, at, lu):
-                    first.append((mid, d))
-                    break
-        first.sort()
-        for mid, d in first:
-            when = max(t[c], t[d], now)
-            soon = min(soon, when)
-            push(when, "xchg", (c, d), mid)
+        # (pushed in message-id order, as a scan of all of c's pending messages would). A pair
+        # whose two versions are those of its last scan is not scanned again: its first free
+        # message is the same, already pushed at the same time (`pair` above)
+        out = to[c]
+        if out:
+            first = []
+            mine = pair[c]
+            for d, msgs in out.items():
+                vd = ver[d]
+                got = mine.get(d)
+                if got is not None and got[0] == vc and got[1] == vd:  # scanned at these versions
+                    soon = got[2] if got[2] < soon else soon
+                    continue
+                mid = free_mid(msgs, d)
+                if mid is None:
+                    mine[d] = (vc, vd, INF)
+                else:
+                    first.append((mid, d, vd))
+            first.sort()
+            for mid, d, vd in first:
+                td = t[d]
+                when = td if td > base else base
+                if when < soon:
+                    soon = when
+                mine[d] = push_exchange(c, d, vc, vd, when, mid)
         for p in inbound[c]:
-            for mid, (*_, d, at, lu) in to[p].get(c, {}).items():
-                if slot_free(d, at, lu):
-                    when = max(t[p], t[c], now)
-                    soon = min(soon, when)
-                    push(when, "xchg", (p, c), mid)
-                    break
-        if not ready(c):
+            msgs = to[p].get(c)
+            if not msgs:
+                continue
+            w = exchange_due(p, c, msgs, vc)
+            if w < soon:
+                soon = w
+        r = memo.get(c)
+        if r is None or r[0] != vc:
+            r = memo[c] = (vc, _ready(c))
+        if not r[1]:
             return
         n = cur[c]
-        members = gang.get(n.id) if n is not None and k[c] < len(steps[n.id]) else None
+        j = k[c]
+        nid = None if n is None or j == len(steps[n.id]) else n.id
+        members = gang.get(nid)
         if members is None:
             cs = (c,)
+            start = base
+            vs = (vc,)
         else:
             ok = tree_memo.get(members[0].id)
             if ok is None:
                 ok = tree_memo[members[0].id] = all(
-                    cur[m.core] is m and k[m.core] == k[c] and ready(m.core) for m in members
+                    cur[m.core] is m and k[m.core] == j and ready(m.core) for m in members
                 )
             if not ok:
                 return
-            cs = tuple(m.core for m in members)
-        start = max(now, *(t[x] for x in cs))
-        if n is not None and k[c] < len(steps[n.id]):
-            s = steps[n.id][k[c]]
-            if soon < start + (s.pb - s.pa) * lane[n.id] / 2:
-                return
-        push(start, "step", cs)
-
-    def touch(c: int) -> None:
-        ver[c] += 1
+            cs = gang_cores[nid]
+            start = max(now, *(t[x] for x in cs))
+            vs = tuple([ver[x] for x in cs])
+        if nid is not None and soon < start + half[nid][j]:
+            return
+        e = (start, vs)
+        if last.get(cs) != e:
+            last[cs] = e
+            seq += 1
+            heappush(heap, (start, True, seq, cs, vs, None))
 
     def run(c: int, when: float, woke: set[int]) -> None:
         n = cur[c]
@@ -477,18 +552,27 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
                 reg[tk.event] = reg.get(tk.event, 0) + 1
     for c in cores:
         offer(c)
+    heappop = heapq.heappop
     while heap:
-        when, _, _, what, cs, vs, mid = heapq.heappop(heap)
-        if tuple([ver[x] for x in cs]) != vs:
-            continue
-        now = max(now, when)
-        woke: set[int] = set(cs)
-        if what == "step":
-            for c in cs:
-                run(c, when, woke)
-                touch(c)
+        when, is_step, _, cs, vs, mid = heappop(heap)
+        if is_step:
+            if len(cs) == 1:
+                if ver[cs[0]] != vs[0]:
+                    continue
+            elif tuple([ver[x] for x in cs]) != vs:
+                continue
         else:
             p, d = cs
+            if ver[p] != vs[0] or ver[d] != vs[1]:
+                continue
+        if when > now:
+            now = when
+        woke: set[int] = set(cs)
+        if is_step:
+            for c in cs:
+                run(c, when, woke)
+                ver[c] += 1
+        else:
             to_d = to[p].get(d)
             if to_d is None or mid not in to_d:
                 continue
@@ -500,27 +584,26 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             if not per_row[r]:
                 del per_row[r]
             sends, recvs = _message(sg, plan, n, m, src, r, x0, x1)
-            comm.setdefault(key(p), []).extend(Comm(True, d, a, z) for a, z in sends)
-            comm.setdefault(key(d), []).extend(Comm(False, p, a, z) for a, z in recvs)
+            comm.setdefault(key(p), []).extend([Comm(True, d, a, z) for a, z in sends])
+            comm.setdefault(key(d), []).extend([Comm(False, p, a, z) for a, z in recvs])
             cr, shift = plan.consumer_row(src, r)
             have[m.id, cr, si] |= (1 << (x1 + shift)) - (1 << (x0 + shift))
             size = sum(z for _, z in sends)
             t[p] = t[d] = when + (flits(arch, size) + len(sends) - 1) * link_latency_ns(arch, p, d)
             if d not in to[p]:
                 inbound[d].discard(p)
-            touch(p)
-            touch(d)
-        for x in woke:
-            if x in cs:
-                continue
-            touch(x)
+            ver[p] += 1
+            ver[d] += 1
         extra = set()
         for x in woke:
+            if x not in cs:
+                ver[x] += 1
             extra.update(inbound[x])
             n = cur[x]
-            if n is not None and n.id in gang:
-                extra.update(m.core for m in gang[n.id])
-        memo.clear()
+            if n is not None:
+                g = gang_cores.get(n.id)
+                if g is not None:
+                    extra.update(g)
         tree_memo.clear()
         for x in woke | extra:
             offer(x)
