@@ -122,6 +122,8 @@ def test_pixel_chunks_cut_latency_with_the_same_crossbars():
     assert err <= 1e-3 and err_c <= 1e-3
     est = res.report["plan_estimates_ns"]
     assert est["chunked"] < est["contiguous"]
+    # contiguous ranges planned worse than chunks: only the chunked plan is repacked
+    assert "chunked_repacked1" in est and not any(k.startswith("contiguous_") for k in est)
     assert res.report["pixel_chunks"]["features.conv1"] > 1
     assert res_c.report["pixel_chunks"] == {} and res_c.report["plan_estimates_ns"] == {}
     assert res.report["crossbars_used"] == res_c.report["crossbars_used"]
@@ -168,6 +170,10 @@ def test_window_packing_cuts_googlenet_latency():
     assert set(res_o.report["plan_estimates_ns"]) == {"contiguous", "chunked"}
     repacked = min(v for k, v in est.items() if "repacked" in k)
     assert repacked < min(est["contiguous"], est["chunked"])
+    # here contiguous ranges planned no worse than chunks, so both plans are repacked (and a
+    # repacked contiguous plan is the one kept, measured 2.45 vs 2.56 ms estimated)
+    assert est["contiguous"] <= est["chunked"]
+    assert "contiguous_repacked1" in est and "chunked_repacked1" in est
     assert res.report["noc_dataflow"]["message_order_estimated_ns"] == round(repacked, 1)
     assert res.report["crossbars_used"] == res_o.report["crossbars_used"]
     assert check_programs(res.program.cores).ok
