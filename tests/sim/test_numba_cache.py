@@ -44,6 +44,20 @@ def test_cache_is_dropped_only_when_a_kernel_source_changes(tmp_path, monkeypatc
     assert numba_cache.drop_stale(pkg) == []
 
 
+def test_a_missing_cache_directory_is_created_with_its_stamp(tmp_path, monkeypatch):
+    """Where Python writes no bytecode (PYTHONDONTWRITEBYTECODE), __pycache__ does not exist
+    when raptor.sim is first imported; numba creates it later. The stamp must be written then,
+    or the next process would take numba's fresh cache for a stale one."""
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    pkg = _pkg(tmp_path)
+    (pkg / "__pycache__").rmdir()
+    assert numba_cache.drop_stale(pkg) == []
+    stamp = pkg / "__pycache__" / numba_cache.STAMP
+    assert stamp.read_text() == numba_cache.sources_digest(pkg)
+    names = _cache(pkg)  # what numba writes next
+    assert numba_cache.drop_stale(pkg) == [] and names <= {p.name for p in stamp.parent.iterdir()}
+
+
 def test_the_package_cache_is_stamped_with_its_sources():
     """Importing raptor.sim ran drop_stale on the real package: its stamp is current."""
     import os

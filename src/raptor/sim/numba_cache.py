@@ -39,7 +39,11 @@ def drop_stale(pkg: Path | None = None) -> list[str]:
     their sources changed since the cache was written; returns the names of the removed files."""
     pkg = Path(__file__).parent if pkg is None else pkg
     cache = pkg / "__pycache__"
-    if os.environ.get("NUMBA_CACHE_DIR") or not cache.is_dir():
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return []
+    try:  # absent when Python writes no bytecode: numba creates it, the stamp must be there first
+        cache.mkdir(exist_ok=True)
+    except OSError:  # a read-only install: numba cannot cache there either
         return []
     digest = sources_digest(pkg)
     stamp = cache / STAMP
