@@ -193,9 +193,7 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer):
     best = None
     chunked_est = math.inf
     for chunks in (True, False) if passes[at].chunks else (False,):
-        planned = sg
-        for p in [replace(passes[at], chunks=chunks), *passes[at + 1 :]]:
-            planned = timed(p.name, p.apply, arch, planned)
+        planned = _planned(arch, sg, passes, at, timed, chunks=chunks)
         if chunks and not any(n.chunk for n in planned.nodes):
             continue  # no layer to interleave: the same plan as contiguous ranges
         est, first = _trial(arch, planned, opts, timed)
@@ -244,14 +242,12 @@ def _repack(arch: Arch, sg, passes, at: int, chunks: bool, first, opts, timed: P
     the estimate."""
     label = "chunked" if chunks else "contiguous"
     out = []
-    kept = (math.inf if first is None else first.noc.estimated_ns, first)
+    if first is None:  # the variant's order got stuck: no estimated execution to take windows from
+        return out
+    kept = (first.noc.estimated_ns, first)
     for r in range(1, REPACK_ROUNDS + 1):
-        if kept[1] is None:
-            break
         windows = {i: (a, b) for i, (a, b) in kept[1].noc.timeline.items()}
-        planned = sg
-        for p in [replace(passes[at], chunks=chunks, windows=windows), *passes[at + 1 :]]:
-            planned = timed(p.name, p.apply, arch, planned)
+        planned = _planned(arch, sg, passes, at, timed, chunks=chunks, windows=windows)
         est, first = _trial(arch, planned, opts, timed)
         sg.notes.plan_estimates_ns[f"{label}_repacked{r}"] = est
         if est >= kept[0]:
@@ -259,6 +255,14 @@ def _repack(arch: Arch, sg, passes, at: int, chunks: bool, first, opts, timed: P
         kept = (est, first)
         out.append((est, _core_span_ns(first), planned, first))
     return out
+
+
+def _planned(arch: Arch, sg, passes, at: int, timed: PassTimer, **changes):
+    """sg after the planning pass passes[at], with `changes` to its fields, and the passes after
+    it."""
+    for p in [replace(passes[at], **changes), *passes[at + 1 :]]:
+        sg = timed(p.name, p.apply, arch, sg)
+    return sg
 
 
 def _trial(arch: Arch, planned, opts: CompileOptions, timed: PassTimer):

@@ -181,7 +181,8 @@ class SpatialNotes:
     merged_siblings: int = 0  # sibling GEMM layers merged away (sibling)
     event_registers: int = 0  # event registers per core, the most any core uses (sync)
     band_tokens: bool | None = None  # sync used row-band tokens; None: sync did not run
-    # message-order estimate (ns) of each plan the compiler tried: "contiguous", "chunked"
+    # message-order estimate (ns) of each plan the compiler tried: "contiguous", "chunked" and
+    # their window-packing rounds ("chunked_repacked1", ...; raptor.compiler._plan)
     plan_estimates_ns: dict[str, float] = field(default_factory=dict)
 
 
