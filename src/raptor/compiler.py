@@ -13,7 +13,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from raptor.result import (
     timing_fields,
 )
 from raptor.spatial.ir import BufferRole
+from raptor.spatial.plan_memo import PlanMemo, plan_memo
 
 # NoC edges returned to host memory after a failed deadlock check, at most this many times
 MAX_NOC_ROUNDS = 64
@@ -108,7 +109,7 @@ def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) ->
     from raptor.spatial.planning import estimates
 
     sg = timed("build-spatial", build_spatial, graph, arch.element_bytes, arch.matrix.rows)
-    planned, first = _plan(arch, sg, opts, timed)
+    planned, first = _plan(arch, sg, opts, timed, plan_memo(model, arch, opts))
     meta = {"compiler": "raptor", "arch": arch.name, "mode": opts.mode, "pipeline": opts.pipeline}
     failure = "no program"
     for _ in range(MAX_NOC_ROUNDS):
@@ -154,12 +155,13 @@ def _round(arch: Arch, planned, opts: CompileOptions, timed: PassTimer):
     return sg
 
 
-def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer):
+def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo | None = None):
     """Run the Spatial passes; returns the planned graph and, when the planner had a choice, the
     graph of its first round (synchronized, messages ordered) so the round loop does not redo it.
 
     With the NoC dataflow, the compiler compares candidate plans by their message order (an
-    execution on estimated times) and keeps the one that ends first. With pixel chunks on
+    execution on estimated times, before synchronization: the choice does not depend on
+    `--pim-disable-synchronization`) and keeps the one that ends first. With pixel chunks on
     (spatial/planning.py), the planning and NoC passes run with contiguous ranges per replica and
     with chunks; chunks must be strictly better, and a plan in which no layer gets more than one
     chunk is the contiguous plan, which then runs alone. Unless window packing is disabled, the
@@ -168,8 +170,10 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer):
     contiguous plan never won otherwise (it was 4-63 % behind the repacked chunks), and its
     repacking rounds were a third of the message orders a compile ran. A repacked plan is kept
     when it ends strictly first and, in throughput mode, also has a shorter core span
-    (`_core_span_ns`)."""
+    (`_core_span_ns`). With a `memo` (spatial/plan_memo.py) holding this compile's choice, the
+    planning pass runs once, with it; without one, the choice is stored there."""
     from raptor.spatial.passes import spatial_passes
+    from raptor.spatial.plan_memo import PlanRecipe
     from raptor.spatial.planning import SpatialPlanningPass
 
     passes = spatial_passes(opts)
@@ -189,6 +193,11 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer):
         return sg, None
     for p in passes[:at]:
         sg = timed(p.name, p.apply, arch, sg)
+    recipe = memo.get() if memo is not None else None
+    if recipe is not None:
+        sg.notes.plan_estimates_ns.update(recipe.estimates)
+        changes = {"chunks": recipe.chunks, "windows": recipe.windows}
+        return _planned(arch, sg, passes, at, timed, **changes), None
     pipelined = opts.mode == "throughput"
     best = None
     chunked_est = math.inf
@@ -196,19 +205,66 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer):
         planned = _planned(arch, sg, passes, at, timed, chunks=chunks)
         if chunks and not any(n.chunk for n in planned.nodes):
             continue  # no layer to interleave: the same plan as contiguous ranges
-        est, first = _trial(arch, planned, opts, timed)
+        est, first = _trial(arch, planned, timed)
         label = "chunked" if chunks else "contiguous"
         sg.notes.plan_estimates_ns[label] = est
-        if best is None or est <= best[0]:  # chunks must be strictly better
-            best = (est, _core_span_ns(first), planned, first)
+        if best is None or est <= best.est:  # chunks must be strictly better
+            best = _Candidate(est, _core_span_ns(first), planned, first, chunks, None)
         if chunks:
             chunked_est = est
         if opts.disable_window_packing or (not chunks and est > chunked_est):
             continue  # contiguous ranges are repacked only when they planned no worse than chunks
-        for cand in _repack(arch, sg, passes, at, chunks, first, opts, timed):
-            if cand[0] < best[0] and (not pipelined or cand[1] < best[1]):
+        for cand in _repack(arch, sg, passes, at, chunks, first, timed):
+            if cand.est < best.est and (not pipelined or cand.span < best.span):
                 best = cand
-    return best[2], best[3]
+    if memo is not None:
+        memo.put(PlanRecipe(best.chunks, best.windows, dict(sg.notes.plan_estimates_ns)))
+    return best.planned, _synchronized(arch, best.planned, best.first, opts, timed)
+
+
+class _Candidate(NamedTuple):
+    """A candidate plan: its estimated end and core span, the planned graph, its messages
+    ordered (None when the order got stuck), and the planning fields that made it."""
+
+    est: float
+    span: float
+    planned: Any
+    first: Any
+    chunks: bool
+    windows: dict[int, tuple[float, float]] | None
+
+
+def _synchronized(arch: Arch, planned, first, opts: CompileOptions, timed: PassTimer):
+    """The first round of the chosen plan (`first`: its messages ordered without tokens, or None
+    when that got stuck): the round passes (synchronization), then the message order again when
+    they added tokens; None when it got stuck (the round loop demotes and retries)."""
+    from raptor.spatial.message_order import OrderStuck, order_messages
+    from raptor.spatial.passes import round_passes
+
+    if first is None:
+        return None
+    sg = planned
+    for p in round_passes(opts):
+        sg = timed(p.name, p.apply, arch, sg)
+    if sg is planned:
+        return first
+    if not _has_tokens(sg) and sg.bands == planned.bands and sg.noc is planned.noc:
+        return sg  # no token changes the execution: the order is the candidate's
+    try:
+        sg.noc.comm = timed("noc-message-order", order_messages, arch, sg)
+    except OrderStuck:
+        return None
+    return sg
+
+
+def _has_tokens(sg) -> bool:
+    return any(
+        any(d.values())
+        for d in (
+            sg.tokens_before, sg.tokens_after, sg.tokens_start, sg.tokens_end, sg.band_before,
+            sg.band_after,
+        )
+    )  # fmt: skip
 
 
 def _core_span_ns(first) -> float:
@@ -232,14 +288,13 @@ def _core_span_ns(first) -> float:
     return max((b - a for a, b in span.values()), default=0.0)
 
 
-def _repack(arch: Arch, sg, passes, at: int, chunks: bool, first, opts, timed: PassTimer):
+def _repack(arch: Arch, sg, passes, at: int, chunks: bool, first, timed: PassTimer):
     """Window packing: up to REPACK_ROUNDS rounds, each placing the nodes by the load within
     their layers' time windows (merging.pack_balanced) of the last estimated execution of this
     plan variant that ended first (starting with `first`, the variant's own first round). A
     layer's window covers when it computes, so layers that run at the same time (inception
     branches, a pool beside its sibling convolution) stop sharing cores and waiting for each
-    other. Returns (estimate, core span, planned graph, first round) of every round that shortened
-    the estimate."""
+    other. Returns the `_Candidate` of every round that shortened the estimate."""
     label = "chunked" if chunks else "contiguous"
     out = []
     if first is None:  # the variant's order got stuck: no estimated execution to take windows from
@@ -248,12 +303,12 @@ def _repack(arch: Arch, sg, passes, at: int, chunks: bool, first, opts, timed: P
     for r in range(1, REPACK_ROUNDS + 1):
         windows = {i: (a, b) for i, (a, b) in kept[1].noc.timeline.items()}
         planned = _planned(arch, sg, passes, at, timed, chunks=chunks, windows=windows)
-        est, first = _trial(arch, planned, opts, timed)
+        est, first = _trial(arch, planned, timed)
         sg.notes.plan_estimates_ns[f"{label}_repacked{r}"] = est
         if est >= kept[0]:
             break
         kept = (est, first)
-        out.append((est, _core_span_ns(first), planned, first))
+        out.append(_Candidate(est, _core_span_ns(first), planned, first, chunks, windows))
     return out
 
 
@@ -265,15 +320,15 @@ def _planned(arch: Arch, sg, passes, at: int, timed: PassTimer, **changes):
     return sg
 
 
-def _trial(arch: Arch, planned, opts: CompileOptions, timed: PassTimer):
-    """(estimated end, first round) of a candidate plan: its message order, an execution on
-    estimated times; (inf, None) when the order gets stuck (the round loop demotes and retries on
-    this plan if it is kept)."""
-    from raptor.spatial.message_order import OrderStuck
+def _trial(arch: Arch, planned, timed: PassTimer):
+    """(estimated end, the plan with its messages ordered) of a candidate plan: its message order
+    before synchronization, an execution on estimated times; (inf, None) when the order gets
+    stuck (the round loop demotes and retries on this plan if it is kept)."""
+    from raptor.spatial.message_order import OrderStuck, order_messages
 
     try:
-        first = _round(arch, planned, opts, timed)
-        return first.noc.estimated_ns, first
+        planned.noc.comm = timed("noc-message-order", order_messages, arch, planned)
+        return planned.noc.estimated_ns, planned
     except OrderStuck:
         return math.inf, None
 

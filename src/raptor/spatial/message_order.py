@@ -188,6 +188,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     from raptor.spatial.cost import lane_ns
 
     plan: NocPlan = sg.noc
+    plan.timeline = {}  # this execution's layer windows only
     by_core = sg.nodes_by_core()
     cores = sorted(by_core)
     steps = {n.id: node_steps(sg, n) for ns in by_core.values() for n in ns}

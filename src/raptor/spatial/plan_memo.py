@@ -1,0 +1,107 @@
+"""The plan a compile chose, kept on disk so that another compile of the same model, chip and
+planning options takes it instead of comparing candidate plans again.
+
+With the NoC dataflow the compiler (raptor.compiler._plan) runs the planning pass several times
+(pixel chunks or contiguous ranges, then window-packing rounds) and orders the messages of every
+candidate, an execution on estimated times; that comparison is most of a compile. What it
+decides is a `PlanRecipe`: whether the winning plan has pixel chunks, the layer windows its
+placement packed by (None: packed by total load), and the estimate of every candidate (the
+compile report's `plan_estimates_ns`). The planning pass given the recipe's fields rebuilds
+exactly the winning plan, so a compile that finds its recipe here writes the same program and
+report, minus the comparison's time.
+
+The candidates are compared before synchronization (their message orders run without tokens), so
+the recipe does not depend on `--pim-disable-synchronization`, and the key leaves that option
+out: the synchronization ablation's `no-sync` variant compiles the plan of `baseline` (and an
+ablation thereby compares the same placement with and without tokens). The key covers everything
+else the plan depends on: the model file and compiler code (the frontend cache's key,
+raptor.frontend.cache), the architecture and every other compile option. A memo exists only
+where the frontend cache does (the suite runner's fast path, under the model's
+artifacts/common); files are written to a temporary name and renamed, and a memo that cannot be
+read or written only costs the comparison.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from raptor.arch import Arch
+from raptor.options import CompileOptions
+
+MEMO_DIR = "plans"
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class PlanRecipe:
+    """What the planning comparison decided (module docstring)."""
+
+    chunks: bool
+    windows: dict[int, tuple[float, float]] | None
+    estimates: dict[str, float]
+
+    def to_json(self) -> dict:
+        windows = None
+        if self.windows is not None:
+            windows = {str(k): [a, b] for k, (a, b) in self.windows.items()}
+        return {
+            "format": FORMAT,
+            "chunks": self.chunks,
+            "windows": windows,
+            "estimates": self.estimates,
+        }
+
+    @staticmethod
+    def from_json(d: dict) -> PlanRecipe:
+        if d.get("format") != FORMAT:
+            raise ValueError("another memo format")
+        w = d["windows"]
+        windows = None if w is None else {int(k): (float(a), float(b)) for k, (a, b) in w.items()}
+        estimates = {str(k): float(v) for k, v in d["estimates"].items()}
+        return PlanRecipe(bool(d["chunks"]), windows, estimates)
+
+
+@dataclass(frozen=True)
+class PlanMemo:
+    """The memo file of one (model, code, architecture, options) key."""
+
+    path: Path
+
+    def get(self) -> PlanRecipe | None:
+        try:
+            return PlanRecipe.from_json(json.loads(self.path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def put(self, recipe: PlanRecipe) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+            with os.fdopen(fd, "w") as f:
+                json.dump(recipe.to_json(), f)
+            os.replace(tmp, self.path)
+        except OSError:
+            return
+
+
+def plan_memo(model: object, arch: Arch, opts: CompileOptions) -> PlanMemo | None:
+    """The memo of compiling `model` for `arch` under `opts`: None unless `model` is a
+    frontend-cached model file (raptor.frontend.cache.CachedModel), whose cache directory holds
+    it."""
+    from raptor.frontend.cache import CachedModel
+
+    if not isinstance(model, CachedModel):
+        return None
+    parts = (
+        f"format={FORMAT}",
+        f"model={model.key()}",
+        f"arch={arch!r}",
+        f"options={replace(opts, disable_synchronization=False)!r}",
+    )
+    key = hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    return PlanMemo(Path(model.cache_dir) / MEMO_DIR / f"{key}.json")

@@ -1,0 +1,91 @@
+"""The plan memo (raptor.spatial.plan_memo): a compile that finds its plan there writes the
+program and report a full comparison writes, without comparing candidates again; the key leaves
+out synchronization only."""
+
+import json
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pim"))
+from toy import ARCH_TINY, toy_inception, toy_resnet  # noqa: E402
+
+import raptor.compiler as compiler
+from raptor.arch import load_arch
+from raptor.frontend.cache import CachedModel
+from raptor.options import CompileOptions
+from raptor.spatial.plan_memo import PlanMemo, PlanRecipe, plan_memo
+
+ARCH = load_arch(str(ARCH_TINY))
+
+
+def _cached(tmp_path: Path, model, name: str) -> CachedModel:
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, path)
+    return CachedModel(path, tmp_path / "common", "code-v1")
+
+
+def _program_bytes(res) -> list[bytes]:
+    return [s.tobytes() for s in res.program.cores]
+
+
+def _compile(model, opts):
+    res = compiler.compile_model(model, ARCH, opts)
+    return _program_bytes(res), res.report["plan_estimates_ns"]
+
+
+@pytest.mark.parametrize(
+    "toy,mode,pipeline", [(toy_resnet, "latency", 1), (toy_inception, "throughput", 2)]
+)
+def test_memo_hit_gives_the_program_of_a_full_comparison(
+    tmp_path, monkeypatch, toy, mode, pipeline
+):
+    """Both toys at 8x8 keep a repacked plan: the hit replays its windows."""
+    model = _cached(tmp_path, toy(hw=8), toy.__name__)
+    base = CompileOptions(mode=mode, pipeline=pipeline)
+    nosync = CompileOptions(mode=mode, pipeline=pipeline, disable_synchronization=True)
+    fresh_nosync = _compile(model.path, nosync)  # a plain path: no memo
+    _compile(model, base)  # compares the candidates, stores the choice
+    memo = plan_memo(model, ARCH, nosync)
+    recipe = memo.get()
+    assert recipe is not None and memo.path.parent == tmp_path / "common" / "plans"
+    assert recipe.windows is not None
+    assert recipe.estimates == fresh_nosync[1]
+    trials = []
+    monkeypatch.setattr(compiler, "_trial", lambda *a: trials.append(a) or (0.0, None))
+    hit = _compile(model, nosync)
+    assert not trials  # no candidate compared again
+    assert hit == fresh_nosync  # same program bytes, same report estimates
+
+
+def test_the_key_leaves_out_synchronization_only(tmp_path):
+    model = _cached(tmp_path, toy_resnet(), "r")
+    keys = {
+        plan_memo(model, ARCH, o).path.name
+        for o in (CompileOptions(), CompileOptions(disable_synchronization=True))
+    }
+    assert len(keys) == 1
+    others = [
+        CompileOptions(mode="throughput", pipeline=2),
+        CompileOptions(disable_window_packing=True),
+        CompileOptions(disable_pixel_chunks=True),
+    ]
+    keys |= {plan_memo(model, ARCH, o).path.name for o in others}
+    keys.add(plan_memo(model, load_arch("arch-a"), CompileOptions()).path.name)
+    keys.add(plan_memo(CachedModel(model.path, model.cache_dir, "code-v2"), ARCH, CompileOptions()).path.name)  # fmt: skip
+    assert len(keys) == 6
+    assert plan_memo(model.path, ARCH, CompileOptions()) is None  # no frontend cache, no memo
+
+
+def test_recipe_round_trip_and_unreadable_memo(tmp_path):
+    windows = {0: (0.0, 1234.5), 7: (1e-3, 2.0 / 3.0)}
+    r = PlanRecipe(True, windows, {"chunked": 5.0, "chunked_repacked1": 4.25})
+    memo = PlanMemo(tmp_path / "plans" / "k.json")
+    memo.put(r)
+    assert memo.get() == r  # floats and layer keys come back exactly
+    memo.path.write_text("{not json")
+    assert memo.get() is None
+    memo.path.write_text(json.dumps({**r.to_json(), "format": 0}))
+    assert memo.get() is None  # another format: compared again, never misread
