@@ -248,13 +248,27 @@ def _synchronized(arch: Arch, planned, first, opts: CompileOptions, timed: PassT
         sg = timed(p.name, p.apply, arch, sg)
     if sg is planned:
         return first
-    if not _has_tokens(sg) and sg.bands == planned.bands and sg.noc is planned.noc:
-        return sg  # no token changes the execution: the order is the candidate's
+    if sg.noc is planned.noc and not _has_tokens(sg) and _same_steps(sg, planned):
+        return sg  # neither a token nor a band edge changes the execution: the candidate's order
     try:
         sg.noc.comm = timed("noc-message-order", order_messages, arch, sg)
     except OrderStuck:
         return None
     return sg
+
+
+def _same_steps(a, b) -> bool:
+    """Whether every node of two graphs of one plan runs the same steps (output row, pixel range)
+    in the message order: the synchronization pass cuts nodes into row bands even where it adds no
+    token, and a band edge only matters if it cuts a row segment."""
+    from raptor.spatial.message_order import node_steps
+
+    def cuts(sg, n):
+        return [(s.oy, s.pa, s.pb) for s in node_steps(sg, n)]
+
+    if [n.id for n in a.nodes] != [n.id for n in b.nodes]:
+        return False
+    return all(cuts(a, n) == cuts(b, m) for n, m in zip(a.nodes, b.nodes))
 
 
 def _has_tokens(sg) -> bool:

@@ -89,3 +89,25 @@ def test_recipe_round_trip_and_unreadable_memo(tmp_path):
     assert memo.get() is None
     memo.path.write_text(json.dumps({**r.to_json(), "format": 0}))
     assert memo.get() is None  # another format: compared again, never misread
+
+
+@pytest.mark.parametrize(
+    "toy,hw,mode,pipeline,extra",
+    [(toy_resnet, 16, "latency", 1, 0), (toy_inception, 8, "throughput", 2, 1)],
+)
+def test_the_chosen_plan_is_ordered_again_only_for_tokens(
+    monkeypatch, toy, hw, mode, pipeline, extra
+):
+    """Candidates are ordered without tokens; the choice runs its message order again only when
+    synchronization added tokens (toy_inception p2: its concat slots), not for row bands alone."""
+    from raptor.spatial import message_order
+
+    calls = []
+    order = message_order.order_messages
+    monkeypatch.setattr(
+        message_order, "order_messages", lambda a, sg: calls.append(1) or order(a, sg)
+    )
+    res = compiler.compile_model(toy(hw=hw), ARCH, CompileOptions(mode=mode, pipeline=pipeline))
+    syncs = res.report["instructions_by_opcode"].get("sync", 0)
+    assert (syncs > 0) == bool(extra)
+    assert len(calls) == len(res.report["plan_estimates_ns"]) + extra
