@@ -317,6 +317,9 @@ def _repack(arch: Arch, sg, passes, at: int, chunks: bool, first, timed: PassTim
     for r in range(1, REPACK_ROUNDS + 1):
         windows = {i: (a, b) for i, (a, b) in kept[1].noc.timeline.items()}
         planned = _planned(arch, sg, passes, at, timed, chunks=chunks, windows=windows)
+        if planned.nodes == kept[1].nodes:  # the same placement: the same execution, no shorter
+            sg.notes.plan_estimates_ns[f"{label}_repacked{r}"] = kept[0]
+            break
         est, first = _trial(arch, planned, timed)
         sg.notes.plan_estimates_ns[f"{label}_repacked{r}"] = est
         if est >= kept[0]:

@@ -107,7 +107,28 @@ def test_the_chosen_plan_is_ordered_again_only_for_tokens(
     monkeypatch.setattr(
         message_order, "order_messages", lambda a, sg: calls.append(1) or order(a, sg)
     )
-    res = compiler.compile_model(toy(hw=hw), ARCH, CompileOptions(mode=mode, pipeline=pipeline))
-    syncs = res.report["instructions_by_opcode"].get("sync", 0)
-    assert (syncs > 0) == bool(extra)
-    assert len(calls) == len(res.report["plan_estimates_ns"]) + extra
+    counts = []
+    for nosync in (False, True):
+        calls.clear()
+        opts = CompileOptions(mode=mode, pipeline=pipeline, disable_synchronization=nosync)
+        res = compiler.compile_model(toy(hw=hw), ARCH, opts)
+        counts.append(len(calls))
+        if not nosync:
+            assert (res.report["instructions_by_opcode"].get("sync", 0) > 0) == bool(extra)
+    assert counts[0] == counts[1] + extra
+
+
+def test_a_repacking_round_that_places_alike_is_not_ordered(monkeypatch):
+    """toy_resnet 16: window packing places every node where the first plan did, so its round is
+    not ordered (the same placement runs the same execution) and records the same estimate."""
+    from raptor.spatial import message_order
+
+    calls = []
+    order = message_order.order_messages
+    monkeypatch.setattr(
+        message_order, "order_messages", lambda a, sg: calls.append(1) or order(a, sg)
+    )
+    res = compiler.compile_model(toy_resnet(hw=16), ARCH, CompileOptions())
+    est = res.report["plan_estimates_ns"]
+    assert est == {"contiguous": est["contiguous"], "contiguous_repacked1": est["contiguous"]}
+    assert len(calls) == 1
