@@ -206,3 +206,29 @@ def test_demoted_mixed_node_reads_its_window_under_tokens():
     assert unit_of(n) not in plan.fed
     assert n.id not in plan.mixed and n.id not in plan.local
     assert 0 in [k for k, _ in token_views(sg, n, plan)]
+
+
+def test_reads_any_matches_a_scan_of_every_row():
+    """noc._reads_any (which producer pixel ranges a fed node reads from) against the direct
+    scan of every row it reads, on random rows (repeated and overlapping pieces included),
+    column spans, and producer ranges (empty ones included)."""
+    from types import SimpleNamespace
+
+    from raptor.spatial.noc import _reads_any
+
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        w = int(rng.integers(1, 12))
+        rows = [int(r) for r in rng.integers(0, 9, size=int(rng.integers(0, 7)))]
+        spans = {iy: sorted(int(x) for x in rng.integers(0, w + 3, size=2)) for iy in rows}
+        plan = SimpleNamespace(
+            width={5: w}, input_rows=lambda m, k: rows, columns=lambda m, k, iy: spans[iy]
+        )
+        p0 = rng.integers(0, 10 * w, size=20)
+        p1 = p0 + rng.integers(-2, 3 * w, size=20)
+        got = _reads_any(plan, None, SimpleNamespace(layer=5, input=0), p0, p1)
+        want = [
+            any(max(iy * w + spans[iy][0], a) < min(iy * w + spans[iy][1], b) for iy in rows)
+            for a, b in zip(p0.tolist(), p1.tolist())
+        ]
+        assert got.tolist() == want

@@ -44,6 +44,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
+import numpy as np
+
 from raptor.arch import Arch
 from raptor.spatial.geometry import lines_geometry, lines_rows
 from raptor.spatial.ir import BufferRole, ComputeNode, Layer, LayerKind, NodeKind, SpatialGraph
@@ -391,29 +393,56 @@ def _derive(sg: SpatialGraph, plan: NocPlan) -> None:
 
 
 def _targets(sg: SpatialGraph, plan: NocPlan) -> None:
+    """plan.targets: for every producer node, the (fed node, source) pairs on other cores that
+    read one of its pixels, in the order of the fed nodes on their cores; plan.senders."""
     plan.targets = {}
     order = {n.id: i for nodes in sg.nodes_by_core().values() for i, n in enumerate(nodes)}
     fed_nodes = sorted(
         (m for m in sg.nodes if plan.receives(m)), key=lambda m: (m.core, order[m.id])
     )
+    spans: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # layer -> p0, p1, core
     for m in fed_nodes:
         ks = plan.receives(m)
         for si, src in enumerate(plan.sources[m.layer]):
             if src.input not in ks:
                 continue
-            w = plan.width[src.layer]
-            rows = plan.input_rows(m, src.input)
-            for n in plan.producers[src.layer]:
-                if n.core == m.core:  # a mixed node loads these from host memory
-                    continue
-                for iy in rows:
-                    x0, x1 = plan.columns(m, src.input, iy)
-                    if max(iy * w + x0, n.p0) < min(iy * w + x1, n.p1):
-                        plan.targets.setdefault(n.id, []).append((m, si))
-                        break
+            prods = plan.producers[src.layer]
+            if src.layer not in spans:
+                spans[src.layer] = tuple(
+                    np.array([getattr(n, f) for n in prods], np.int64) for f in ("p0", "p1", "core")
+                )
+            p0, p1, core = spans[src.layer]
+            for j in np.flatnonzero(_reads_any(plan, m, src, p0, p1) & (core != m.core)):
+                plan.targets.setdefault(prods[j].id, []).append((m, si))
     plan.senders = {
         unit_of(n) for ns in plan.producers.values() for n in ns if n.id in plan.targets
     }
+
+
+def _reads_any(
+    plan: NocPlan, m: ComputeNode, src: Source, p0: np.ndarray, p1: np.ndarray
+) -> np.ndarray:
+    """Whether fed node m reads, through `src`, any producer pixel of each range [p0, p1): the
+    pixels it reads of the source layer, as sorted disjoint intervals (row pieces merged), so a
+    range overlaps them iff the first interval ending after p0 starts before p1."""
+    w = plan.width[src.layer]
+    merged: list[list[int]] = []
+    for a, b in sorted(
+        (iy * w + x0, iy * w + x1)
+        for iy in plan.input_rows(m, src.input)
+        for x0, x1 in [plan.columns(m, src.input, iy)]
+        if x0 < x1
+    ):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    if not merged:
+        return np.zeros(len(p0), bool)
+    lo, hi = np.array(merged, np.int64).T
+    i = np.searchsorted(hi, p0, "right")  # the first piece whose end lies after p0
+    inside = i < len(hi)
+    return inside & (lo[np.minimum(i, len(hi) - 1)] < p1) & (p0 < p1)
 
 
 def _layout(sg: SpatialGraph, plan: NocPlan) -> tuple[set[Unit], set[int]]:
