@@ -81,6 +81,13 @@ class SerialExecutor(Executor):
             yield run_case(s)
 
 
+# Cases a pool worker runs before it is replaced by a fresh process (a guard against memory a long
+# suite could accumulate in one process). A replacement costs a spawn, the case modules' imports and
+# the compiled simulator's load (about 2 s of CPU); with 4, every sub-run of the default ablation
+# (8 cases, 2 jobs) replaced both workers once, two of them only to be shut down again.
+TASKS_PER_WORKER = 32
+
+
 def _worker_init() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -110,7 +117,9 @@ class PoolExecutor(Executor):
             import multiprocessing
 
             ctx = multiprocessing.get_context("spawn")
-            self.pool = ctx.Pool(self.jobs, initializer=_worker_init, maxtasksperchild=4)
+            self.pool = ctx.Pool(
+                self.jobs, initializer=_worker_init, maxtasksperchild=TASKS_PER_WORKER
+            )
         return self.pool
 
     def run(self, specs):
