@@ -222,7 +222,9 @@ def test_reads_any_matches_a_scan_of_every_row():
         rows = [int(r) for r in rng.integers(0, 9, size=int(rng.integers(0, 7)))]
         spans = {iy: sorted(int(x) for x in rng.integers(0, w + 3, size=2)) for iy in rows}
         plan = SimpleNamespace(
-            width={5: w}, input_rows=lambda m, k: rows, columns=lambda m, k, iy: spans[iy]
+            width={5: w},
+            input_rows=lambda m, k, rows=rows: rows,
+            columns=lambda m, k, iy, spans=spans: spans[iy],
         )
         p0 = rng.integers(0, 10 * w, size=20)
         p1 = p0 + rng.integers(-2, 3 * w, size=20)
