@@ -496,23 +496,24 @@ def _layout(sg: SpatialGraph, plan: NocPlan) -> tuple[set[Unit], set[int]]:
         rslots = {i: full for i, (full, _, _) in rres.items()}
         outn = {i: r for i, (r, _) in outs.items()}
 
-        def total(slots=slots, rslots=rslots, outn=outn, ring=ring, rres=rres, outs=outs) -> int:
-            rings = sum(k * ring[i][2] for i, k in slots.items())
-            rings += sum(k * rres[i][2] for i, k in rslots.items())
-            return rings + sum(k * outs[i][1] for i, k in outn.items())
-
+        used = sum(k * ring[i][2] for i, k in slots.items())  # bytes the buffers take
+        used += sum(k * rres[i][2] for i, k in rslots.items())
+        used += sum(k * outs[i][1] for i, k in outn.items())
         for i in sorted(ring, key=lambda i: -ring[i][0] * ring[i][2]):
-            if total() <= limit:
+            if used <= limit:
                 break
+            used -= (slots[i] - ring[i][1]) * ring[i][2]
             slots[i] = ring[i][1]
         for i in sorted(rres, key=lambda i: -rres[i][0] * rres[i][2]):
-            if total() <= limit:
+            if used <= limit:
                 break
+            used -= (rslots[i] - rres[i][1]) * rres[i][2]
             rslots[i] = rres[i][1]
         for i in outn:
-            if total() > limit:
+            if used > limit:
+                used -= (outn[i] - 1) * outs[i][1]
                 outn[i] = 1
-        if total() > limit:
+        if used > limit:
             big = max(fed, key=lambda m: slots[m.id] * ring[m.id][2], default=None)
             big_r = max(res, key=lambda m: rslots[m.id] * rres[m.id][2], default=None)
             if big_r is not None and (
