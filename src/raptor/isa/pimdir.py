@@ -180,13 +180,13 @@ def read_streams(pimdir: str | Path, core_cnt: int) -> list[np.ndarray]:
         idx = int(m.group(1))
         if idx not in found or entry.suffix == ".pim":
             found[idx] = entry
-    streams = []
     for i in range(core_cnt):
         if i not in found:
             raise PimFormatError(f"{pimdir}: missing core_{i}.pim or core_{i}.json")
-        path = found[i]
-        streams.append(pim_binary.read(path) if path.suffix == ".pim" else pim_json.read(path))
-    return streams
+    paths = [found[i] for i in range(core_cnt)]
+    if all(p.suffix == ".pim" for p in paths):  # one array, no copies (pim_binary.read_many)
+        return pim_binary.read_many(paths)
+    return [pim_binary.read(p) if p.suffix == ".pim" else pim_json.read(p) for p in paths]
 
 
 def read_pimdir(pimdir: str | Path, load_data: bool = True) -> PimProgram:
