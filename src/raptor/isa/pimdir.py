@@ -231,7 +231,11 @@ def read_target(pimdir: str | Path) -> TargetRecord | None:
 
 
 def _load_f32(path: Path) -> np.ndarray:
+    """A float32 data file's values, mapped copy-on-write rather than read (the pages are read as
+    they are touched, changes stay private); an empty or ragged file is read."""
     if not path.is_file():
         raise PimFormatError(f"{path}: missing data file")
-    data = np.fromfile(path, dtype="<f4")
-    return data.astype(np.float32, copy=False)
+    size = path.stat().st_size
+    if size == 0 or size % 4:
+        return np.fromfile(path, dtype="<f4").astype(np.float32, copy=False)
+    return np.memmap(path, dtype="<f4", mode="c").view(np.ndarray).astype(np.float32, copy=False)

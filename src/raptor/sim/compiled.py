@@ -15,7 +15,6 @@ from raptor.arch.timing import link_costs
 from raptor.errors import SimulationError
 from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram
-from raptor.isa.table import INST_DTYPE
 from raptor.isa.table import joined as joined_streams
 from raptor.sim import kernel_state as K
 from raptor.sim import vector as vec
@@ -127,8 +126,10 @@ class CompiledEngine:
             base[1:] = np.cumsum(ns)[:-1]
         total = int(ns.sum())
         # opcode, rd, r1, imm, g1, g2, g3, cost key, link; instructions per core and opcode
-        raw = joined_streams(prog.cores).view(np.uint8).reshape(total, INST_DTYPE.itemsize)
-        ins, per_op = instruction_table(raw, ns)
+        words = joined_streams(prog.cores).view("<i4").reshape(total, 5)
+        if not words.dtype.isnative:
+            words = words.astype(np.int32)
+        ins, per_op = instruction_table(words, ns)
         i0 = first_bad_row(ins, RD_MASK, R1_MASK)
         if i0 >= 0:
             c = int(np.searchsorted(base, i0, "right") - 1)

@@ -184,23 +184,22 @@ def cost_keys(ins, base, ns, gbase, gn, gw, gx, vec_ok, sized_mask, carry: bool)
 
 
 @njit(cache=True, nogil=True)
-def instruction_table(raw: np.ndarray, ns: np.ndarray):
-    """The loop's instruction table from `.pim` records (raw: 20 bytes a row, cores back to
-    back, ns records each): columns opcode, rd, r1, r2_or_imm, generic1, generic2, generic3 (the
-    records' little-endian int32 fields), then two for `cost_keys` and `link_keys` to fill; and
-    each core's count of each opcode (cores x 256)."""
-    ins = np.empty((raw.shape[0], 9), np.int32)
+def instruction_table(words: np.ndarray, ns: np.ndarray):
+    """The loop's instruction table from `.pim` records read as 5 little-endian int32 words each
+    (cores back to back, ns records each): columns opcode, rd, r1 (the first word's low three
+    bytes), r2_or_imm, generic1, generic2, generic3, then two for `cost_keys` and `link_keys` to
+    fill; and each core's count of each opcode (cores x 256)."""
+    ins = np.empty((words.shape[0], 9), np.int32)
     counts = np.zeros((ns.size, 256), np.int64)
     i = 0
     for c in range(ns.size):
         for _ in range(ns[c]):
-            r = raw[i]
-            ins[i, 0], ins[i, 1], ins[i, 2] = r[0], r[1], r[2]
-            for f in range(4):
-                o = 4 + 4 * f
-                v = np.int64(r[o]) | (np.int64(r[o + 1]) << 8) | (np.int64(r[o + 2]) << 16)
-                ins[i, 3 + f] = v | (np.int64(r[o + 3]) << 24)
-            counts[c, r[0]] += 1
+            w = words[i, 0]
+            op = w & 0xFF
+            ins[i, 0], ins[i, 1], ins[i, 2] = op, (w >> 8) & 0xFF, (w >> 16) & 0xFF
+            ins[i, 3], ins[i, 4] = words[i, 1], words[i, 2]
+            ins[i, 5], ins[i, 6] = words[i, 3], words[i, 4]
+            counts[c, op] += 1
             i += 1
     return ins, counts
 
