@@ -28,14 +28,7 @@ from raptor.sim.energy import (
     with_static,
 )
 from raptor.sim.kernel import run as kernel_run
-from raptor.sim.kernel_layout import (
-    ROW_MVM,
-    ROW_VECTOR,
-    cost_keys,
-    first_bad_row,
-    instruction_table,
-    link_keys,
-)
+from raptor.sim.kernel_layout import ROW_MVM, ROW_VECTOR, lay_out
 from raptor.sim.kernel_values_pass import run_values
 from raptor.sim.matrix import MatrixUnit
 from raptor.sim.memory import HostMemory, MemoryTiming
@@ -129,15 +122,6 @@ class CompiledEngine:
         words = joined_streams(prog.cores).view("<i4").reshape(total, 5)
         if not words.dtype.isnative:
             words = words.astype(np.int32)
-        ins, per_op = instruction_table(words, ns)
-        i0 = first_bad_row(ins, RD_MASK, R1_MASK)
-        if i0 >= 0:
-            c = int(np.searchsorted(base, i0, "right") - 1)
-            while ns[c] == 0:
-                c -= 1
-            pc = i0 - int(base[c])
-            msg = f"core {c} pc {pc} ({describe(prog.cores[c], pc)}): {FIELDS_MESSAGE}"
-            raise SimulationError(msg)
 
         # array groups: weight matrix and crossbar count per (core, group)
         weights = prog.weight_matrices
@@ -176,16 +160,23 @@ class CompiledEngine:
                 off += w.size
             wflat = np.concatenate(parts) if parts else np.zeros(1, np.float32)
 
-        # cost key of each instruction (setbw state in force in round 0; for a prefix before the
-        # first setbw, in later rounds: the last setbw of the previous round) and the cost rows
-        akey, first_setbw, alt_base, crows = cost_keys(
-            ins, base, ns, gbase, gn, gw_a, gx_a, _VEC_OK, _SIZED_MASK, self.rounds > 1
-        )
+        # the instruction table and, when its register fields are in range, the cost key of each
+        # instruction (setbw state in force in round 0; for a prefix before the first setbw, in
+        # later rounds: the last setbw of the previous round) with the cost rows, and the NoC
+        # link of each sync, ld, st, send and recv (raptor.sim.kernel_layout.lay_out)
+        ins, per_op, i0, akey, first_setbw, alt_base, crows, pairs = lay_out(
+            words, ns, base, RD_MASK, R1_MASK, gbase, gn, gw_a, gx_a, _VEC_OK, _SIZED_MASK,
+            self.rounds > 1, arch.noc.global_memory_switch_id,
+        )  # fmt: skip
+        if i0 >= 0:
+            c = int(np.searchsorted(base, i0, "right") - 1)
+            while ns[c] == 0:
+                c -= 1
+            pc = i0 - int(base[c])
+            msg = f"core {c} pc {pc} ({describe(prog.cores[c], pc)}): {FIELDS_MESSAGE}"
+            raise SimulationError(msg)
         ctab = self._cost_table(crows)
-
-        # NoC link per instruction (sync, ld, st, send, recv): its row of net (row 0: none)
-        pairs = link_keys(ins, base, ns, arch.noc.global_memory_switch_id)
-        net = np.zeros((1 + len(pairs), 4), np.float64)
+        net = np.zeros((1 + len(pairs), 4), np.float64)  # row 0: no link
         net[1:] = np.stack(link_costs(arch, pairs[:, 0], pairs[:, 1]), 1)
 
         # state

@@ -1,7 +1,9 @@
 """Compiled passes over the whole instruction table for the compiled engine's layout
-(raptor.sim.compiled): the register-field check, and the cost key of every instruction (its
-distinct (unit, operands) row, under the setbw state in force) with the distinct rows
-themselves, one loop each instead of a dozen numpy passes and sorts."""
+(raptor.sim.compiled), one loop each instead of a dozen numpy passes and sorts: the table itself
+from the `.pim` records, the register-field check, the cost key of every instruction (its
+distinct (unit, operands) row, under the setbw state in force) with the distinct rows, and the
+NoC link of every instruction with the distinct (source, destination) pairs. `lay_out` runs
+them all."""
 
 from __future__ import annotations
 
@@ -237,3 +239,32 @@ def link_keys(ins, base, ns, gm: int):
                 nd += 1
             link[i] = u + 1
     return rows[:nd].copy()
+
+
+@njit(cache=True, nogil=True)
+def lay_out(
+    words, ns, base, rd_mask, r1_mask, gbase, gn, gw, gx, vec_ok, sized_mask, carry: bool, gm: int
+):
+    """The compiled engine's tables in one call (one compiled entry point for a process to
+    load): `instruction_table`, its `first_bad_row`, and unless there is one, `cost_keys` and
+    `link_keys`. Returns (ins, opcode counts, the bad row or -1, akey, first_setbw, alt_base,
+    cost rows, link pairs)."""
+    ins, counts = instruction_table(words, ns)
+    bad = first_bad_row(ins, rd_mask, r1_mask)
+    if bad >= 0:
+        none = np.zeros(0, np.int64)
+        return (
+            ins,
+            counts,
+            bad,
+            np.zeros(1, np.int32),
+            none,
+            none,
+            np.zeros((0, 5), np.int64),
+            np.zeros((0, 2), np.int64),
+        )
+    akey, first_setbw, alt_base, rows = cost_keys(
+        ins, base, ns, gbase, gn, gw, gx, vec_ok, sized_mask, carry
+    )
+    pairs = link_keys(ins, base, ns, gm)
+    return ins, counts, bad, akey, first_setbw, alt_base, rows, pairs
