@@ -118,7 +118,7 @@ class CompiledEngine:
         if nc:
             base[1:] = np.cumsum(ns)[:-1]
         total = int(ns.sum())
-        # opcode, rd, r1, imm, g1, g2, g3, cost key, link; instructions per core and opcode
+        # every core's records back to back, 5 little-endian int32 words each
         words = joined_streams(prog.cores).view("<i4").reshape(total, 5)
         if not words.dtype.isnative:
             words = words.astype(np.int32)
@@ -160,7 +160,8 @@ class CompiledEngine:
                 off += w.size
             wflat = np.concatenate(parts) if parts else np.zeros(1, np.float32)
 
-        # the instruction table and, when its register fields are in range, the cost key of each
+        # the instruction table (opcode, rd, r1, imm, g1, g2, g3, cost key, link) with each core's
+        # count of each opcode and, when its register fields are in range, the cost key of each
         # instruction (setbw state in force in round 0; for a prefix before the first setbw, in
         # later rounds: the last setbw of the previous round) with the cost rows, and the NoC
         # link of each sync, ld, st, send and recv (raptor.sim.kernel_layout.lay_out)
@@ -242,9 +243,10 @@ class CompiledEngine:
         )
 
     def _cost_table(self, crows: np.ndarray) -> np.ndarray:
-        """Cost of each distinct cost row (raptor.sim.kernel_layout.cost_keys): (latency ns,
-        unit or first-memory energy pJ, local-memory energy pJ or second-memory latency, second
-        energy), by the Python engine's cost functions."""
+        """The loop's cost table: one row per distinct cost row of raptor.sim.kernel_layout, by
+        the Python engine's cost functions: an MVM (latency ns, matrix energy pJ, local-memory
+        energy pJ, 0), a vector op (latency, vector energy, local-memory energy, 0), a sized
+        instruction `_sized_cost`'s figures."""
         arch, local = self.arch, self.local_mem
         vu = vec.VectorUnit(arch)
         out = np.zeros((max(len(crows), 1), 4), np.float64)
