@@ -119,8 +119,9 @@ def _unit_row(ins, i: int, c: int, ib: int, ob: int, gbase, gn, gw, gx, vec_ok, 
 
 @njit(cache=True, nogil=True)
 def cost_keys(ins, base, ns, gbase, gn, gw, gx, vec_ok, sized_mask, carry: bool):
-    """The cost key of every instruction, written to ins column 7: the number of its distinct cost row, -1 for none (an
-    instruction without a cost row, or one the loop rejects). Rows (kind, a, b, c, d): ROW_MVM
+    """The cost key of every instruction, written to ins column 7: the number of its distinct
+    cost row, -1 for none (an instruction without a cost row, or one the loop rejects). Rows
+    (kind, a, b, c, d): ROW_MVM
     (crossbars, input width, output width, mbiw) and ROW_VECTOR (opcode, length, input bytes,
     output bytes) under the last setbw before the instruction in its core's stream ((0, 0)
     before the first), ROW_SIZED (opcode, size in bytes) for sized_mask's opcodes.
@@ -156,7 +157,8 @@ def cost_keys(ins, base, ns, gbase, gn, gw, gx, vec_ok, sized_mask, carry: bool)
             op = ins[i, 0]
             if op == OP_SETBW:
                 ib, ob, last = ins[i, 4], ins[i, 5], i
-            elif op == OP_MVMUL or OP_VEC_LO <= op <= OP_VEC_HI:
+                continue
+            if op == OP_MVMUL or OP_VEC_LO <= op <= OP_VEC_HI:
                 if not _unit_row(ins, i, c, ib, ob, gbase, gn, gw, gx, vec_ok, row):
                     continue
             elif sized_mask[op]:
