@@ -1,10 +1,11 @@
 import json
 
+import numpy as np
 import pytest
 
 from raptor.arch import load_arch
 from raptor.arch.loader import parse_arch
-from raptor.arch.timing import link_latency_ns, mvm_cost
+from raptor.arch.timing import chip_hops, link_costs, link_energy_pj, link_latency_ns, mvm_cost
 from raptor.cli import main
 from raptor.errors import ArchConfigError
 
@@ -44,6 +45,23 @@ def test_mesh_latency_rule():
     assert link_latency_ns(a, 0, 14) == 4
     assert link_latency_ns(a, 0, 15) == 6
     assert link_latency_ns(a, 0, -10) == 15
+
+
+@pytest.mark.parametrize("name", ["arch-a", "arch-b", "arch-c"])
+def test_link_costs_of_many_pairs_are_the_per_pair_figures(name):
+    """link_costs over every core pair, either way to and from the global memory, and a pair of
+    one core: the floats link_latency_ns, link_energy_pj and chip_hops give pair by pair."""
+    a = load_arch(name)
+    gm = a.noc.global_memory_switch_id
+    ends = [*range(a.core_count), gm]
+    pairs = [(s, d) for s in ends for d in ends]
+    src, dst = np.array(pairs).T
+    lat, e, chips, extra = link_costs(a, src, dst)
+    flit = a.noc.flit_energy_pj
+    for k, (s, d) in enumerate(pairs):
+        want = (link_latency_ns(a, s, d), link_energy_pj(a, s, d), chip_hops(a, s, d))
+        assert (lat[k], e[k], chips[k]) == want, (s, d)
+        assert extra[k] == link_energy_pj(a, s, d) - flit
 
 
 def test_crossbars_for():

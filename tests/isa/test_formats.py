@@ -10,7 +10,7 @@ from raptor.errors import PimFormatError
 from raptor.isa import pim_binary, pim_json
 from raptor.isa.opcodes import FIELD_MAP, OPCODE_CLASS, Opcode
 from raptor.isa.pimdir import PimProgram, read_pimdir, write_pimdir
-from raptor.isa.table import INST_DTYPE, interleave, make, opcode_counts
+from raptor.isa.table import INST_DTYPE, interleave, joined, make, opcode_counts
 
 
 def one_of_each() -> np.ndarray:
@@ -126,6 +126,32 @@ def test_bad_magic_version_truncation_and_opcode():
         pim_binary.decode(bytes(bad))
     # trailing bytes after the announced records are ignored, as pimsim-nn does
     assert len(pim_binary.decode(good + b"junk")) == 2
+
+
+def test_read_many_reads_each_file_into_one_array(tmp_path):
+    """Several .pim files (one empty, one with trailing bytes) read into consecutive views of one
+    array: the records `read` gives file by file, and `joined` returns them without a copy; a
+    truncated or malformed file is refused as `read` refuses it."""
+    streams = [one_of_each(), make(Opcode.VVADD, 0), make(Opcode.SLDI, 3, rd=2, r2_or_imm=-9)]
+    paths = [tmp_path / f"core_{i}.pim" for i in range(3)]
+    for path, s in zip(paths, streams):
+        pim_binary.write(path, s)
+    paths[2].write_bytes(paths[2].read_bytes() + b"junk")
+    got = pim_binary.read_many(paths)
+    for g, path, s in zip(got, paths, streams):
+        assert g.tobytes() == pim_binary.read(path).tobytes() == s.tobytes()
+    whole = joined(got)
+    assert whole.base is got[0].base and whole.tobytes() == b"".join(s.tobytes() for s in streams)
+    apart = joined([np.copy(g) for g in got])  # not views of one array: concatenated
+    assert apart.tobytes() == whole.tobytes() and not np.shares_memory(apart, whole)
+    paths[1].write_bytes(paths[0].read_bytes()[:-3])
+    with pytest.raises(PimFormatError, match="core_1.pim: truncated PIM binary: header"):
+        pim_binary.read_many(paths)
+    bad = bytearray(paths[0].read_bytes())
+    bad[12] = 40
+    paths[1].write_bytes(bytes(bad))
+    with pytest.raises(PimFormatError, match="core_1.pim: unknown opcode 40 at record 0"):
+        pim_binary.read_many(paths)
 
 
 def test_json_errors():

@@ -140,6 +140,23 @@ def test_vector_values_and_overlaps(arch):
     both(_valued([body]), arch)
 
 
+def test_vector_operand_aliasing(arch):
+    """Vector ops whose destination is exactly one operand, both or neither, relu in place and
+    apart, vmv with stride 1 and 0 onto and off its source, and lmv both ways: the compiled
+    loops pick a form for each case, numpy gives the reference."""
+    body = [setbw(), sldi(1, 0), sldi(2, 0), ld(2, 1, 256)]  # local[0:256] = host[0:256]
+    body += [sldi(3, 20), sldi(4, 120), sldi(5, 200), sldi(6, 1), sldi(7, 40), sldi(9, 0)]
+    body += [vop(Opcode.VVADD, 3, 3, 4, 30), vop(Opcode.VVSUB, 4, 3, 4, 30)]  # d = a, d = b
+    body += [vop(Opcode.VVMUL, 5, 3, 4, 30), vop(Opcode.VVMAX, 3, 4, 3, 30)]  # apart, d = b
+    body += [vop(Opcode.VVMAX, 5, 5, 4, 30), vop(Opcode.VVMUL, 4, 4, 4, 30)]  # d = a, all
+    body += [vop(Opcode.VRELU, 3, 3, 3, 30), vop(Opcode.VRELU, 5, 4, 4, 30)]  # in place, apart
+    body += [vop(Opcode.VMV, 3, 7, 6, 30), vop(Opcode.VMV, 7, 3, 6, 30)]  # stride 1, d < a, d > a
+    body += [vop(Opcode.VMV, 5, 3, 9, 20), vop(Opcode.VMV, 3, 7, 9, 20)]  # stride 0
+    body += [make(Opcode.LMV, rd=3, r1=7, generic3=40), make(Opcode.LMV, rd=7, r1=3, generic3=40)]
+    body += [sldi(8, 256), st(8, 2, 256)]  # host[256:512] = local[0:256]
+    both(_valued([body], out=(256, 256)), arch)
+
+
 @pytest.mark.parametrize("rows,cols", [(16, 8), (1, 8), (16, 1), (128, 64)])
 def test_mvm_values(arch, rows, cols):
     """MVM with and without relu, output overlapping its input; shapes with numpy's special

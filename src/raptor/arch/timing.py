@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from raptor.arch.loader import Arch, MemoryConfig
 
 
@@ -158,3 +160,51 @@ def link_energy_pj(arch: Arch, src: int, dst: int) -> float:
             ic = arch.inter_chip
             e += n_chip * ic.link_power_mw * (n.bus_width / ic.bandwidth_gb_per_s) / 1000.0
     return e
+
+
+def link_costs(
+    arch: Arch, src: np.ndarray, dst: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For every pair (src[k], dst[k]) at once, the same floats as link_latency_ns,
+    link_energy_pj and chip_hops give one pair at a time: (per-flit latency ns, per-flit energy
+    pJ, chip-to-chip hops, per-flit energy beyond the flat flit energy)."""
+    n, ic = arch.noc, arch.inter_chip
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    gm = n.global_memory_switch_id
+    to_gm = (src == gm) | (dst == gm)
+    # chip hops between a core and the global memory (global_memory_chip_hops)
+    core = np.where(src == gm, dst, src)
+    gm_chips = np.zeros(len(src), np.int64)
+    if arch.chips > 1 and ic is not None:
+        py, px = np.divmod(core // arch.cores_per_chip, arch.chip_layout[1])
+        gm_chips = np.where(core < 0, 0, py + px)
+    # mesh and chip-to-chip hops between two cores (Arch.hops)
+    ca, la = np.divmod(src, arch.cores_per_chip)
+    cb, lb = np.divmod(dst, arch.cores_per_chip)
+    ya, xa = np.divmod(la, arch.core_layout[1])
+    yb, xb = np.divmod(lb, arch.core_layout[1])
+    pya, pxa = np.divmod(ca, arch.chip_layout[1])
+    pyb, pxb = np.divmod(cb, arch.chip_layout[1])
+    same = ca == cb
+    hops = np.where(same, np.abs(ya - yb) + np.abs(xa - xb), (ya + xa) + (yb + xb))
+    n_chip = np.where(same, 0, np.abs(pya - pyb) + np.abs(pxa - pxb))
+
+    lat = n.base_latency_ns + n.hop_latency_ns * hops
+    e = np.full(len(src), n.flit_energy_pj)
+    if ic is not None:
+        per_chip = ic.latency_ns + n.bus_width / ic.bandwidth_gb_per_s
+        lat = np.where(n_chip > 0, lat + n_chip * per_chip, lat)
+        gm_lat = np.where(
+            gm_chips > 0,
+            n.global_memory_latency_ns + gm_chips * per_chip,
+            n.global_memory_latency_ns,
+        )
+        ratio = n.bus_width / ic.bandwidth_gb_per_s
+        e_gm = n.flit_energy_pj + gm_chips * ic.link_power_mw * ratio / 1000.0
+        e_mesh = np.where(n_chip > 0, e + n_chip * ic.link_power_mw * ratio / 1000.0, e)
+        e = np.where(to_gm, e_gm, e_mesh)
+    else:
+        gm_lat = np.full(len(src), n.global_memory_latency_ns)
+    lat = np.where(to_gm, gm_lat, lat)
+    chips = np.where(to_gm, gm_chips, n_chip if arch.chips > 1 else 0)
+    return lat, e, chips, e - n.flit_energy_pj

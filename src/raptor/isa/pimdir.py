@@ -180,13 +180,13 @@ def read_streams(pimdir: str | Path, core_cnt: int) -> list[np.ndarray]:
         idx = int(m.group(1))
         if idx not in found or entry.suffix == ".pim":
             found[idx] = entry
-    streams = []
     for i in range(core_cnt):
         if i not in found:
             raise PimFormatError(f"{pimdir}: missing core_{i}.pim or core_{i}.json")
-        path = found[i]
-        streams.append(pim_binary.read(path) if path.suffix == ".pim" else pim_json.read(path))
-    return streams
+    paths = [found[i] for i in range(core_cnt)]
+    if all(p.suffix == ".pim" for p in paths):  # one array, no copies (pim_binary.read_many)
+        return pim_binary.read_many(paths)
+    return [pim_binary.read(p) if p.suffix == ".pim" else pim_json.read(p) for p in paths]
 
 
 def read_pimdir(pimdir: str | Path, load_data: bool = True) -> PimProgram:
@@ -231,7 +231,11 @@ def read_target(pimdir: str | Path) -> TargetRecord | None:
 
 
 def _load_f32(path: Path) -> np.ndarray:
+    """A float32 data file's values, mapped copy-on-write rather than read (the pages are read as
+    they are touched, changes stay private); an empty or ragged file is read."""
     if not path.is_file():
         raise PimFormatError(f"{path}: missing data file")
-    data = np.fromfile(path, dtype="<f4")
-    return data.astype(np.float32, copy=False)
+    size = path.stat().st_size
+    if size == 0 or size % 4:
+        return np.fromfile(path, dtype="<f4").astype(np.float32, copy=False)
+    return np.memmap(path, dtype="<f4", mode="c").view(np.ndarray).astype(np.float32, copy=False)

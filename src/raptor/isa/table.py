@@ -101,6 +101,24 @@ def concat(blocks: list[np.ndarray]) -> np.ndarray:
     return out
 
 
+def joined(streams: list[np.ndarray]) -> np.ndarray:
+    """All streams back to back as one stream: a view, without a copy, when they are consecutive
+    views of one array (as raptor.isa.pim_binary.read_many reads them), else `concat`."""
+    parts = [s for s in streams if len(s)]
+    whole = parts[0].base if parts else None
+    if not isinstance(whole, np.ndarray) or whole.dtype != INST_DTYPE or whole.ndim != 1:
+        return concat(streams)
+    start = at = parts[0].ctypes.data
+    for s in parts:
+        if s.base is not whole or s.dtype != INST_DTYPE or not s.flags.c_contiguous:
+            return concat(streams)
+        if s.ctypes.data != at:
+            return concat(streams)
+        at += s.nbytes
+    first = (start - whole.ctypes.data) // INST_DTYPE.itemsize
+    return whole[first : first + (at - start) // INST_DTYPE.itemsize]
+
+
 def interleave(blocks: list[np.ndarray]) -> np.ndarray:
     """Interleave equal-length blocks record by record: a0 b0 c0 a1 b1 c1 ...
 

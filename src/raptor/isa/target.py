@@ -167,12 +167,15 @@ def fit_figures(prog: PimProgram, arch: Arch, record: TargetRecord | None) -> di
     # per-group check needs the record.
     shapes = _matrix_shapes(prog) if record is not None else []
     if shapes and prog.array_group_weights:
+        needs: dict[tuple[int, int], int] = {}  # crossbars per matrix shape
         for core, (ags, mats) in enumerate(zip(prog.array_group_map, prog.array_group_weights)):
             for g, (have, m) in enumerate(zip(ags, mats)):
                 if not 0 <= m < len(shapes):
                     continue
                 rows, cols = shapes[m]
-                need = arch.crossbars_for(rows, cols)
+                need = needs.get(shapes[m])
+                if need is None:
+                    need = needs[shapes[m]] = arch.crossbars_for(rows, cols)
                 if need > have:
                     f["array_group_short"] = {
                         "core": core,

@@ -11,9 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from raptor.arch.loader import Arch
+from raptor.arch.timing import link_costs
 from raptor.errors import SimulationError
 from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram
+from raptor.isa.table import joined as joined_streams
 from raptor.sim import kernel_state as K
 from raptor.sim import vector as vec
 from raptor.sim.checks import FIELDS_MESSAGE, R1_MASK, RD_MASK, describe, opcode_mask
@@ -26,17 +28,15 @@ from raptor.sim.energy import (
     with_static,
 )
 from raptor.sim.kernel import run as kernel_run
-from raptor.sim.kernel_layout import dense_ids, first_bad_row, setbw_widths, unit_rows
+from raptor.sim.kernel_layout import ROW_MVM, ROW_VECTOR, lay_out
 from raptor.sim.kernel_values_pass import run_values
 from raptor.sim.matrix import MatrixUnit
 from raptor.sim.memory import HostMemory, MemoryTiming
 from raptor.sim.report import CoreStats
-from raptor.sim.transfer import Noc
 
 _LINKED = (int(Opcode.LD), int(Opcode.ST), int(Opcode.SEND), int(Opcode.RECV), int(Opcode.SYNC))
 _SIZED = (int(Opcode.LLDI), int(Opcode.LMV), *_LINKED[:4])
-_LINKED_MASK, _SIZED_MASK = opcode_mask(_LINKED), opcode_mask(_SIZED)
-_UNIT_MASK = opcode_mask([Opcode.MVMUL, *range(Opcode.VVADD, Opcode.VRSL + 1)])
+_SIZED_MASK = opcode_mask(_SIZED)
 _VEC_OK = ~opcode_mask(vec.UNSUPPORTED)  # vector ops with a cost (the others: an error)
 
 
@@ -49,24 +49,6 @@ class _Counters:
 
     def __init__(self, **kw) -> None:
         self.__dict__.update(kw)
-
-
-def _pack(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct rows of a 2-D integer table: (the distinct rows, the number of each row's
-    distinct row)."""
-    table = np.ascontiguousarray(table, dtype=np.int64)
-    if len(table) == 0:
-        return np.zeros((0, table.shape[1]), np.int64), np.zeros(0, np.int64)
-    lo, hi = table.min(0), table.max(0)
-    width = hi - lo + 1
-    span = 1
-    for w in width.tolist():
-        span *= w
-    if span <= 4 * len(table) + (1 << 16):  # a table over every packed code: no sort
-        first, inv = dense_ids(table, lo, width, span)
-        return table[first], inv
-    rows, inv = np.unique(table, axis=0, return_inverse=True)
-    return rows, inv.ravel()
 
 
 def _shared_buffer(mats: list[np.ndarray]) -> np.ndarray | None:
@@ -120,7 +102,6 @@ class CompiledEngine:
         self.eb = prog.element_bytes
         self.local_mem = MemoryTiming(arch.core.local_memory)
         self.gmem_cfg = MemoryTiming(arch.global_memory)
-        self.noc_model = Noc(arch, prog.core_cnt)
         self.cores: list[_Core] = []
         for i, s in enumerate(prog.cores):
             c = _Core()
@@ -137,22 +118,10 @@ class CompiledEngine:
         if nc:
             base[1:] = np.cumsum(ns)[:-1]
         total = int(ns.sum())
-        ins = np.empty((total, 9), np.int32)  # opcode, rd, r1, imm, g1, g2, g3, cost key, link
-        for s, b in zip(prog.cores, base):
-            for j, f in enumerate(
-                ("opcode", "rd", "r1", "r2_or_imm", "generic1", "generic2", "generic3")
-            ):
-                ins[b : b + len(s), j] = s[f]
-        op, imm, g1, g2, g3 = ins[:, 0], ins[:, 3], ins[:, 4], ins[:, 5], ins[:, 6]
-        i0 = first_bad_row(ins, RD_MASK, R1_MASK)
-        if i0 >= 0:
-            c = int(np.searchsorted(base, i0, "right") - 1)
-            while ns[c] == 0:
-                c -= 1
-            pc = i0 - int(base[c])
-            msg = f"core {c} pc {pc} ({describe(prog.cores[c], pc)}): {FIELDS_MESSAGE}"
-            raise SimulationError(msg)
-        core_of = np.repeat(np.arange(nc, dtype=np.int32), ns)
+        # every core's records back to back, 5 little-endian int32 words each
+        words = joined_streams(prog.cores).view("<i4").reshape(total, 5)
+        if not words.dtype.isnative:
+            words = words.astype(np.int32)
 
         # array groups: weight matrix and crossbar count per (core, group)
         weights = prog.weight_matrices
@@ -191,58 +160,25 @@ class CompiledEngine:
                 off += w.size
             wflat = np.concatenate(parts) if parts else np.zeros(1, np.float32)
 
-        # setbw state in force at each instruction (round 0), and for the prefix before the first
-        # setbw in later rounds (the last setbw of the previous round)
-        is_sb = op == Opcode.SETBW
-        first_setbw = np.zeros(nc, np.int64)
-        alt_pos: list[np.ndarray] = []
-        alt_state: list[tuple[int, int, int]] = []
-        alt_base = np.zeros(nc, np.int64)
-        n_alt = 0
-        for i in np.flatnonzero(ns):
-            b, n = int(base[i]), int(ns[i])
-            sb = np.flatnonzero(is_sb[b : b + n])
-            if len(sb) and sb[0] > 0 and self.rounds > 1:
-                first_setbw[i] = sb[0]
-                lastp = b + int(sb[-1])
-                alt_pos.append(np.arange(b, b + int(sb[0])))
-                alt_state.append((n_alt, int(g1[lastp]), int(g2[lastp])))
-                alt_base[i] = n_alt
-                n_alt += int(sb[0])
-        self.reg: dict[tuple, int] = {}
-        self.rows: list[tuple[float, float, float, float]] = []
-        key = np.full(total, -1, np.int32)
-        unit = np.flatnonzero(_UNIT_MASK[op])
-        widths = setbw_widths(ins, base, ns)[unit]
-        key[unit] = self._unit_keys(unit, widths, ins, core_of, gbase, gn, gw_a, gx_a)
-        akey = np.full(max(n_alt, 1), -1, np.int32)
-        for pos, (start, ibv, obv) in zip(alt_pos, alt_state):
-            w = np.empty((len(pos), 2), np.int64)
-            w[:, 0], w[:, 1] = ibv, obv
-            akey[start : start + len(pos)] = self._unit_keys(
-                pos, w, ins, core_of, gbase, gn, gw_a, gx_a
-            )
-        sized = np.flatnonzero(_SIZED_MASK[op])
-        key[sized] = self._sized_keys(op[sized], g3[sized])
-        for pos, (start, _, _) in zip(alt_pos, alt_state):  # other instructions: their own key
-            other = ~_UNIT_MASK[op[pos]]
-            akey[start : start + len(pos)][other] = key[pos[other]]
-        ctab = np.array(self.rows if self.rows else [(0.0,) * 4], np.float64)
-
-        # NoC links per instruction (sync, ld, st, send, recv)
-        link = np.full(total, -1, np.int32)
-        lk = np.flatnonzero(_LINKED_MASK[op])
-        src = core_of[lk].astype(np.int64)
-        mem = (op[lk] == Opcode.LD) | (op[lk] == Opcode.ST)
-        dst = np.where(mem, arch.noc.global_memory_switch_id, imm[lk]).astype(np.int64)
-        ok = mem | ((dst >= 0) & (dst < nc) & ((dst != src) | (op[lk] == Opcode.SYNC)))
-        llat, le, lch, lech = [0.0], [0.0], [0], [0.0]
-        if ok.any():
-            rows, inv = _pack(np.stack([src[ok], dst[ok]], 1))
-            for s_, d_ in rows:
-                lat, e, ch, ech = self.noc_model.link(int(s_), int(d_))
-                llat.append(lat), le.append(e), lch.append(ch), lech.append(ech)
-            link[lk[ok]] = inv + 1
+        # the instruction table (opcode, rd, r1, imm, g1, g2, g3, cost key, link) with each core's
+        # count of each opcode and, when its register fields are in range, the cost key of each
+        # instruction (setbw state in force in round 0; for a prefix before the first setbw, in
+        # later rounds: the last setbw of the previous round) with the cost rows, and the NoC
+        # link of each sync, ld, st, send and recv (raptor.sim.kernel_layout.lay_out)
+        ins, per_op, i0, akey, first_setbw, alt_base, crows, pairs = lay_out(
+            words, ns, base, RD_MASK, R1_MASK, gbase, gn, gw_a, gx_a, _VEC_OK, _SIZED_MASK,
+            self.rounds > 1, arch.noc.global_memory_switch_id,
+        )  # fmt: skip
+        if i0 >= 0:
+            c = int(np.searchsorted(base, i0, "right") - 1)
+            while ns[c] == 0:
+                c -= 1
+            pc = i0 - int(base[c])
+            msg = f"core {c} pc {pc} ({describe(prog.cores[c], pc)}): {FIELDS_MESSAGE}"
+            raise SimulationError(msg)
+        ctab = self._cost_table(crows)
+        net = np.zeros((1 + len(pairs), 4), np.float64)  # row 0: no link
+        net[1:] = np.stack(link_costs(arch, pairs[:, 0], pairs[:, 1]), 1)
 
         # state
         ci = np.zeros((nc, K.N_CI), np.int64)
@@ -253,16 +189,12 @@ class CompiledEngine:
         ci[:, K.CI_GBASE], ci[:, K.CI_GN] = gbase, gn
         ci[:, K.CI_FIRST_SETBW], ci[:, K.CI_ALT_BASE] = first_setbw, alt_base
         ci[:, K.CI_FRESH] = 1
-        n_send = (
-            np.bincount(core_of[op == Opcode.SEND], minlength=nc).astype(np.int64) * self.rounds
-        )
-        n_recv = (
-            np.bincount(core_of[op == Opcode.RECV], minlength=nc).astype(np.int64) * self.rounds
-        )
+        n_send = per_op[:, Opcode.SEND] * self.rounds
+        n_recv = per_op[:, Opcode.RECV] * self.rounds
         ci[1:, K.CI_SBASE], ci[1:, K.CI_RBASE] = np.cumsum(n_send)[:-1], np.cumsum(n_recv)[:-1]
-        n_ldst = int(((op == Opcode.LD) | (op == Opcode.ST)).sum()) * self.rounds
-        sends = np.flatnonzero(op == Opcode.SEND)
-        self.arena_elems = int((g3[sends].astype(np.int64) // eb).sum()) * self.rounds
+        n_ldst = int(per_op[:, Opcode.LD].sum() + per_op[:, Opcode.ST].sum()) * self.rounds
+        sizes = ins[:, 6][ins[:, 0] == Opcode.SEND].astype(np.int64)
+        self.arena_elems = int((sizes // eb).sum()) * self.rounds
         n_rdv = int(n_send.sum())
         log = (
             np.zeros(n_ldst, np.int64),
@@ -275,7 +207,7 @@ class CompiledEngine:
         self.LN = lm.memory_size // eb
         n_prog = int((ns > 0).sum())
         self.local = _zeros_small_pages((max(n_prog, 1), self.LN))
-        n_sync = int((op == Opcode.SYNC).sum())
+        n_sync = int(per_op[:, Opcode.SYNC].sum())
         cap = nc + n_sync * self.rounds + 16
         q = np.zeros(nc + 1, np.int64)
         runnable = np.flatnonzero(ns > 0)
@@ -287,9 +219,7 @@ class CompiledEngine:
         self.outreg, self.outbuf = self._regions(host.outputs)
         hw = host.written.view(np.uint8) if host.written is not None else np.zeros(0, np.uint8)
         scratch = np.zeros(int(wcols.max()) + 1, np.float32)
-        ins[:, 7], ins[:, 8] = key, link
         wmeta = np.stack([wofs, wrows, wcols], 1)
-        net = np.array([llat, le, lch, lech], np.float64).T.copy()
         gf = np.zeros(K.N_GF, np.float64)
         gf[K.G_EW] = TIMELINE_WIDTH0_NS
         heap_t = np.zeros(cap)
@@ -312,55 +242,23 @@ class CompiledEngine:
             1,
         )
 
-    def _row(self, k: tuple, make) -> int:
-        r = self.reg.get(k)
-        if r is None:
-            r = self.reg[k] = len(self.rows)
-            self.rows.append(make())
-        return r
-
-    def _unit_keys(self, pos, widths, ins, core_of, gbase, gn, gw, gx) -> np.ndarray:
-        """Cost rows of mvmul and vector instructions at pos under setbw widths (input, output)."""
-        out = np.full(len(pos), -1, np.int32)
+    def _cost_table(self, crows: np.ndarray) -> np.ndarray:
+        """The loop's cost table: one row per distinct cost row of raptor.sim.kernel_layout, by
+        the Python engine's cost functions: an MVM (latency ns, matrix energy pJ, local-memory
+        energy pJ, 0), a vector op (latency, vector energy, local-memory energy, 0), a sized
+        instruction `_sized_cost`'s figures."""
         arch, local = self.arch, self.local_mem
-        rows = unit_rows(ins, pos, widths, core_of, gbase, gn, gw, gx, _VEC_OK)
-        sel = np.flatnonzero(rows[:, 0] == 1)
-        if len(sel):
-            uniq, inv = _pack(rows[sel, 1:])
-            ids = np.empty(len(uniq), np.int32)
-            for j, (xb, ib_, ob_, mb) in enumerate(uniq.tolist()):
-
-                def mk(xb=xb, ib_=ib_, ob_=ob_, mb=mb):
-                    rd, lat, wr, em, el = MatrixUnit(arch, [xb], [None]).cost(
-                        0, ib_, ob_, mb, local
-                    )
-                    return (rd + lat + wr, em, el, 0.0)
-
-                ids[j] = self._row(("m", xb, ib_, ob_, mb), mk)
-            out[sel] = ids[inv]
-        sel = np.flatnonzero(rows[:, 0] == 2)
-        if len(sel):
-            uniq, inv = _pack(rows[sel, 1:])
-            ids = np.empty(len(uniq), np.int32)
-            vu = vec.VectorUnit(arch)
-            for j, (o, n, ib_, ob_) in enumerate(uniq.tolist()):
-                ids[j] = self._row(
-                    ("v", o, n, ib_, ob_),
-                    lambda o=o, n=n, a=ib_, b=ob_: (*vu.cost(o, n, a, b, local), 0.0),
-                )
-            out[sel] = ids[inv]
+        vu = vec.VectorUnit(arch)
+        out = np.zeros((max(len(crows), 1), 4), np.float64)
+        for j, (kind, a, b, c, d) in enumerate(crows.tolist()):
+            if kind == ROW_MVM:
+                rd, lat, wr, em, el = MatrixUnit(arch, [a], [None]).cost(0, b, c, d, local)
+                out[j] = (rd + lat + wr, em, el, 0.0)
+            elif kind == ROW_VECTOR:
+                out[j] = (*vu.cost(a, b, c, d, local), 0.0)
+            else:
+                out[j] = self._sized_cost(a, b)
         return out
-
-    def _sized_keys(self, op: np.ndarray, size: np.ndarray) -> np.ndarray:
-        """Cost rows of lldi, lmv, ld, st, send and recv by size."""
-        out = np.empty(len(op), np.int32)
-        if not len(op):
-            return out
-        rows, inv = _pack(np.stack([op, size], 1))
-        ids = np.empty(len(rows), np.int32)
-        for j, (o, n) in enumerate(rows.tolist()):
-            ids[j] = self._row(("s", o, n), lambda o=o, n=n: self._sized_cost(o, n))
-        return ids[inv]
 
     def _sized_cost(self, op: int, n: int) -> tuple[float, float, float, float]:
         """Cost row of a sized instruction: lldi, lmv (latency, energy: write then read), st (local

@@ -2,12 +2,19 @@
 float32 arrays, each giving the bits numpy gives for the Python engine's expression
 (raptor.sim.vector.apply, raptor.sim.memory.HostMemory): IEEE float32 arithmetic, numpy's
 `maximum` rule (the first operand if it is greater or NaN, else the second) and copy semantics
-when source and destination overlap."""
+when source and destination overlap.
+
+Loops write through a view of the destination (`D[i]`, not `L[d + i]`), which lets LLVM
+vectorise them, and an in-place operand is read through that same view, since a loop that reads
+one view of an array while writing another is vectorised only when the two do not overlap.
+Copies are memmoves."""
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from raptor.sim.kernel_state import OP_VMV, OP_VRELU, OP_VVADD, OP_VVMAX, OP_VVMUL, OP_VVSUB
 
@@ -38,62 +45,103 @@ def is_inline(op: int) -> bool:
     )
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _binary(op: int, D: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+    """D = x op y element-wise (vvadd, vvsub, vvmul, vvmax); D may be x or y itself."""
+    n = D.size
+    if op == OP_VVADD:
+        for i in range(n):
+            D[i] = x[i] + y[i]
+    elif op == OP_VVSUB:
+        for i in range(n):
+            D[i] = x[i] - y[i]
+    elif op == OP_VVMUL:
+        for i in range(n):
+            D[i] = x[i] * y[i]
+    else:  # OP_VVMAX
+        for i in range(n):
+            D[i] = _fmax(x[i], y[i])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _relu(D: np.ndarray, x: np.ndarray) -> None:
+    """D = maximum(x, 0) element-wise (NaN kept); D may be x itself."""
+    for i in range(D.size):
+        D[i] = _fmax(x[i], np.float32(0.0))
+
+
 @njit(cache=True, nogil=True)
 def vector_inline(op: int, L: np.ndarray, d: int, a: int, b: int, n: int) -> None:
     """The INLINE_VECTOR ops (b: rs2's element index, or vmv's element stride)."""
+    D = L[d : d + n]
     if op == OP_VMV:
-        span = (n - 1) * b + 1 if b > 0 else 1
-        if _overlap(d, d + n, a, a + span):
+        if b == 1:
+            move(L, d, L, a, n)
+        elif b <= 0:
+            D[:] = L[a]
+        elif _overlap(d, d + n, a, a + (n - 1) * b + 1):
             src = np.empty(n, np.float32)
             for i in range(n):
-                src[i] = L[a + i * b] if b > 0 else L[a]
-            for i in range(n):
-                L[d + i] = src[i]
-        elif b > 0:
-            for i in range(n):
-                L[d + i] = L[a + i * b]
+                src[i] = L[a + i * b]
+            move(D, 0, src, 0, n)
         else:
-            v = L[a]
             for i in range(n):
-                L[d + i] = v
+                D[i] = L[a + i * b]
         return
     if op == OP_VRELU:
-        if d != a and _overlap(d, d + n, a, a + n):
-            src = L[a : a + n].copy()
-            for i in range(n):
-                L[d + i] = _fmax(src[i], np.float32(0.0))
+        if d == a:
+            _relu(D, D)
+        elif _overlap(d, d + n, a, a + n):
+            _relu(D, L[a : a + n].copy())
         else:
-            for i in range(n):
-                L[d + i] = _fmax(L[a + i], np.float32(0.0))
+            _relu(D, L[a : a + n])
         return
     x = L[a : a + n]
     y = L[b : b + n]
     if (d != a and _overlap(d, d + n, a, a + n)) or (d != b and _overlap(d, d + n, b, b + n)):
-        x = x.copy()
-        y = y.copy()
-    if op == OP_VVADD:
-        for i in range(n):
-            L[d + i] = x[i] + y[i]
-    elif op == OP_VVSUB:
-        for i in range(n):
-            L[d + i] = x[i] - y[i]
-    elif op == OP_VVMUL:
-        for i in range(n):
-            L[d + i] = x[i] * y[i]
-    else:  # OP_VVMAX
-        for i in range(n):
-            L[d + i] = _fmax(x[i], y[i])
+        _binary(op, D, x.copy(), y.copy())
+    elif d == a and d == b:
+        _binary(op, D, D, D)
+    elif d == a:
+        _binary(op, D, D, y)
+    elif d == b:
+        _binary(op, D, x, D)
+    else:
+        _binary(op, D, x, y)
+
+
+@intrinsic
+def _memmove(typingctx, dst, d, src, a, m):
+    """LLVM's memmove of m float32 elements from src[a] to dst[d] (1-D C-contiguous arrays)."""
+    for arr in (dst, src):
+        if not (isinstance(arr, types.Array) and arr.dtype == types.float32 and arr.ndim == 1):
+            return None
+        if arr.layout != "C":
+            return None
+    sig = types.void(dst, types.int64, src, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        dst_v, d_v, src_v, a_v, m_v = args
+        dary = context.make_array(signature.args[0])(context, builder, dst_v)
+        sary = context.make_array(signature.args[2])(context, builder, src_v)
+        i8p = ir.IntType(8).as_pointer()
+        i64 = ir.IntType(64)
+        dp = builder.bitcast(builder.gep(dary.data, [d_v]), i8p)
+        sp = builder.bitcast(builder.gep(sary.data, [a_v]), i8p)
+        size = builder.mul(m_v, ir.Constant(i64, 4))
+        fn = builder.module.declare_intrinsic("llvm.memmove", [i8p, i8p, i64])
+        builder.call(fn, [dp, sp, size, ir.Constant(ir.IntType(1), 0)])
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @njit(cache=True, nogil=True)
 def move(dst: np.ndarray, d: int, src: np.ndarray, a: int, m: int) -> None:
-    """dst[d:d+m] = src[a:a+m] with memmove semantics when they are the same array."""
-    if d <= a:
-        for i in range(m):
-            dst[d + i] = src[a + i]
-    else:
-        for i in range(m - 1, -1, -1):
-            dst[d + i] = src[a + i]
+    """dst[d:d+m] = src[a:a+m] (float32 arrays), with memmove semantics when they are the same
+    array."""
+    if m > 0:
+        _memmove(dst, d, src, a, m)
 
 
 @njit(cache=True, nogil=True)
@@ -109,16 +157,13 @@ def host_read(
 ) -> None:
     """L[la:la+m] = host[ha:ha+m] as round rnd sees it (network inputs streamed per round);
     inreg rows: (start, end, number of round arrays, offset in inbuf)."""
-    for i in range(m):
-        L[la + i] = hdata[ha + i]
+    move(L, la, hdata, ha, m)
     for k in range(inreg.shape[0]):
         s, e, na, off = inreg[k, 0], inreg[k, 1], inreg[k, 2], inreg[k, 3]
         lo = ha if ha > s else s
         hi = ha + m if ha + m < e else e
         if lo < hi:
-            base = off + (rnd % na) * (e - s)
-            for j in range(lo, hi):
-                L[la + j - ha] = inbuf[base + j - s]
+            move(L, la + lo - ha, inbuf, off + (rnd % na) * (e - s) + lo - s, hi - lo)
 
 
 @njit(cache=True, nogil=True)
@@ -135,19 +180,15 @@ def host_write(
 ) -> None:
     """host[ha:ha+m] = L[la:la+m] in round rnd (network outputs kept per round; hwritten, when
     not empty, marks stored elements)."""
-    for i in range(m):
-        hdata[ha + i] = L[la + i]
+    move(hdata, ha, L, la, m)
     if hwritten.size:
-        for i in range(m):
-            hwritten[ha + i] = 1
+        hwritten[ha : ha + m] = 1
     for k in range(outreg.shape[0]):
         s, e, na, off = outreg[k, 0], outreg[k, 1], outreg[k, 2], outreg[k, 3]
         lo = ha if ha > s else s
         hi = ha + m if ha + m < e else e
         if lo < hi and rnd < na:
-            base = off + rnd * (e - s)
-            for j in range(lo, hi):
-                outbuf[base + j - s] = L[la + j - ha]
+            move(outbuf, off + rnd * (e - s) + lo - s, L, la + lo - ha, hi - lo)
 
 
 @njit(cache=True, nogil=True)
@@ -155,17 +196,12 @@ def mvm_store(L: np.ndarray, d: int, y: np.ndarray, cols: int, relu: int) -> Non
     """L[d:d+cols] = an MVM's result y[:cols], through relu when the mvmul asks for it (numpy's
     `maximum(y, 0)`: NaN kept)."""
     if relu:
-        for j in range(cols):
-            v = y[j]
-            L[d + j] = v if (v > 0 or v != v) else np.float32(0.0)
+        _relu(L[d : d + cols], y[:cols])
     else:
-        for j in range(cols):
-            L[d + j] = y[j]
+        move(L, d, y, 0, cols)
 
 
 @njit(cache=True, nogil=True)
 def fill(L: np.ndarray, d: int, m: int, imm: int) -> None:
     """lldi: L[d:d+m] = float32(imm)."""
-    v = np.float32(imm)
-    for j in range(m):
-        L[d + j] = v
+    L[d : d + m] = np.float32(imm)
