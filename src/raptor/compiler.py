@@ -33,7 +33,7 @@ from raptor.result import (
     timing_fields,
 )
 from raptor.spatial.ir import BufferRole
-from raptor.spatial.plan_memo import PlanMemo, plan_memo
+from raptor.spatial.plan_memo import PlanMemo, PlanRecipe, plan_memo
 
 # NoC edges returned to host memory after a failed deadlock check, at most this many times
 MAX_NOC_ROUNDS = 64
@@ -173,7 +173,6 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     (`_core_span_ns`). With a `memo` (spatial/plan_memo.py) holding this compile's choice, the
     planning pass runs once, with it; without one, the choice is stored there."""
     from raptor.spatial.passes import spatial_passes
-    from raptor.spatial.plan_memo import PlanRecipe
     from raptor.spatial.planning import SpatialPlanningPass
 
     passes = spatial_passes(opts)
@@ -238,7 +237,6 @@ def _synchronized(arch: Arch, planned, first, opts: CompileOptions, timed: PassT
     """The first round of the chosen plan (`first`: its messages ordered without tokens, or None
     when that got stuck): the round passes (synchronization), then the message order again when
     they added tokens; None when it got stuck (the round loop demotes and retries)."""
-    from raptor.spatial.message_order import OrderStuck, order_messages
     from raptor.spatial.passes import round_passes
 
     if first is None:
@@ -250,11 +248,7 @@ def _synchronized(arch: Arch, planned, first, opts: CompileOptions, timed: PassT
         return first
     if sg.noc is planned.noc and not _has_tokens(sg) and _same_steps(sg, planned):
         return sg  # neither a token nor a band edge changes the execution: the candidate's order
-    try:
-        sg.noc.comm = timed("noc-message-order", order_messages, arch, sg)
-    except OrderStuck:
-        return None
-    return sg
+    return _trial(arch, sg, timed)[1]
 
 
 def _same_steps(a, b) -> bool:
