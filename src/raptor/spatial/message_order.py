@@ -345,11 +345,8 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         w = step_waits.get((nid, j))
         if w is None:
             w = step_waits[nid, j] = wait_counts(before(n, j))
-        if w:
-            reg = ev[c]
-            for e, v in w:
-                if reg.get(e, 0) < v:
-                    return False
+        if w and not waits_ok(c, w):
+            return False
         per_step = need_cols.get(nid)
         if per_step is None:
             return True
@@ -467,10 +464,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
             w = exchange_due(p, c, msgs, vc)
             if w < soon:
                 soon = w
-        r = memo.get(c)
-        if r is None or r[0] != vc:
-            r = memo[c] = (vc, _ready(c))
-        if not r[1]:
+        if not ready(c):
             return
         n = cur[c]
         j = k[c]
