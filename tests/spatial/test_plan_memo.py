@@ -132,3 +132,16 @@ def test_a_repacking_round_that_places_alike_is_not_ordered(monkeypatch):
     est = res.report["plan_estimates_ns"]
     assert est == {"contiguous": est["contiguous"], "contiguous_repacked1": est["contiguous"]}
     assert len(calls) == 1
+
+
+def test_a_cached_compile_reads_the_model_file_once(tmp_path, monkeypatch):
+    """The frontend cache's key and the plan memo's key share one digest of the model file."""
+    import raptor.frontend.cache as cache
+
+    reads = []
+    digest = cache.sha256_file
+    monkeypatch.setattr(cache, "sha256_file", lambda p: reads.append(p) or digest(p))
+    model = _cached(tmp_path, toy_resnet(), "r")
+    compiler.compile_model(model, ARCH, CompileOptions())
+    assert reads == [model.path]
+    assert plan_memo(model, ARCH, CompileOptions()).get() is not None

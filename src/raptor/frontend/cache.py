@@ -20,6 +20,7 @@ import pickle
 import sys
 import tempfile
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from raptor.frontend.files import sha256_file
@@ -38,10 +39,16 @@ class CachedModel:
     code: str
     slim: bool = False
 
+    @cached_property
+    def file_sha256(self) -> str:
+        """sha256 of the model file's bytes, read once per CachedModel (a compile asks for it
+        through the frontend cache's key, the plan memo's key and the suite's compile key)."""
+        return sha256_file(self.path)
+
     def key(self) -> str:
         parts = (
             f"format={FORMAT}",
-            f"model_sha256={sha256_file(self.path)}",
+            f"model_sha256={self.file_sha256}",
             f"slim={self.slim}",
             f"code={self.code}",
             f"python={sys.version_info[:2]}",

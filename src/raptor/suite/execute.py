@@ -15,6 +15,7 @@ import time
 import traceback
 from pathlib import Path
 
+from raptor.frontend.files import sha256_file
 from raptor.suite.cases import CaseResult, CaseSpec, CompilerResult
 
 
@@ -61,9 +62,13 @@ def _compile(spec: CaseSpec, compiler: str, out: Path, log: io.StringIO) -> dict
             f"bad raptor arguments: {err.getvalue().strip().splitlines()[-1]}"
         ) from None
     report_path = out / "compile_report.json"
+    # the case's other variants and modes reuse this model's imported graph
+    cached_model = frontend_cache(spec) if spec.fast else None
     key = {
         "argv": argv,
-        "model_sha256": _sha256(spec.model_path),
+        "model_sha256": (
+            cached_model.file_sha256 if cached_model else sha256_file(spec.model_path)
+        ),
         "compiler_code": code_fingerprint(),
     }
     if spec.fast and report_path.is_file() and (out / "pim" / "config.json").is_file():
@@ -73,8 +78,7 @@ def _compile(spec: CaseSpec, compiler: str, out: Path, log: io.StringIO) -> dict
             return cached
     # a compile that dies half-way must never leave a valid-looking report beside its pim/
     report_path.unlink(missing_ok=True)
-    # the case's other variants and modes reuse this model's imported graph
-    model = frontend_cache(spec) if spec.fast else args.model
+    model = cached_model if cached_model is not None else args.model
     report = compile_to_dir(
         model, load_arch(args.arch), compile_options(args), out, emit_json=args.pim_emit_json
     )
@@ -108,16 +112,6 @@ def tree_fingerprint(root: Path) -> str:
     for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".json") and p.is_file()):
         h.update(str(path.relative_to(root)).encode() + b"\0")
         h.update(path.read_bytes())
-    return h.hexdigest()
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
     return h.hexdigest()
 
 
