@@ -5,7 +5,7 @@ of the functions it calls or inlines: after an edit to kernel_values.py, the cac
 of kernel.run, which inlined the old version, would still load (and can crash the process). So
 before any compiled kernel loads, `drop_stale` compares a digest of every kernel source
 (`kernel*.py`, `blas.py`) with the one recorded beside the cache and, when they differ, removes
-the cached code of those modules; numba then compiles them again (about 11 s, once). Importing
+the cached code of those modules; numba then compiles them again (about 35 s, once). Importing
 this module does it; raptor.sim imports it first.
 
 Only the cache numba keeps beside the sources (`__pycache__`) is handled; a cache moved elsewhere
