@@ -6,16 +6,24 @@ the messages in each program decides whether the programs can deadlock and how l
 `order_messages` runs the whole program once on estimated times, without values, and appends
 every event to the programs of the cores it involves as it happens; raptor.spatial.noc explains
 why that one global order makes the programs deadlock-free whatever the real timing.
+
+The execution itself is compiled (message_order_kernel.py, numba): this module lays the plan out
+in flat tables for it (`_tables`) and turns the exchange log it returns back into messages
+(`MessageSlots`). Cores move in sorted order whenever several could, so the order depends on
+nothing but the plan.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
+import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
+
 from raptor.arch import Arch
+from raptor.spatial import message_order_kernel as K
 from raptor.spatial.geometry import lines_geometry
 from raptor.spatial.ir import ComputeNode, NodeKind, SpatialGraph, TokenKind
 from raptor.spatial.noc import NocPlan, Source, Unit, row_spans, unit_of
@@ -117,9 +125,6 @@ class OrderStuck(Exception):
         self.pairs = pairs
 
 
-INF = float("inf")
-
-
 def _message(
     sg: SpatialGraph,
     plan: NocPlan,
@@ -140,17 +145,25 @@ def _message(
     cr, shift = plan.consumer_row(src, r)
     ring = plan.in_row_addr(m, cr, src.input)
     pad = plan.ring_pad[m.id] if src.input == 0 else 0
+    count, size = _message_shape(src, cp, cc, eb, x1 - x0)
     if src.flat:  # producer pixel p is channels [p*cp, (p+1)*cp) of the consumer's one pixel
-        size = (x1 - x0) * cp * eb
         return [(out + x0 * cp * eb, size)], [(ring + (pad * cc + (shift + x0) * cp) * eb, size)]
     if src.channels == cp == cc:
-        size = (x1 - x0) * cp * eb
         return [(out + x0 * cp * eb, size)], [(ring + (x0 + pad) * cc * eb, size)]
     xs = range(x0, x1)
-    size = src.channels * eb
+    size //= count
     sends = [(out + (x * cp + src.c0) * eb, size) for x in xs]
     recvs = [(ring + ((x + pad) * cc + src.dst) * eb, size) for x in xs]
     return sends, recvs
+
+
+def _message_shape(src: Source, cp: int, cc: int, eb: int, width: int) -> tuple[int, int]:
+    """(sends, total bytes) of a message of `width` producer pixels of `src` (`_message`): one
+    send when whole pixels move (or a flat source), one per pixel for a channel slice; cp and cc
+    are the producer's and the consumer's channels per pixel."""
+    if src.flat or src.channels == cp == cc:
+        return 1, width * cp * eb
+    return width, width * src.channels * eb
 
 
 def _runs(mask: int) -> list[tuple[int, int]]:
@@ -184,7 +197,6 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     that sequence, so the sequence is a global order all programs respect, and the programs
     cannot deadlock (module docstring); following estimated times keeps a core's recvs in the
     order its producers deliver. Raises OrderStuck when the execution stops early."""
-    from raptor.arch.timing import flits, link_latency_ns
     from raptor.spatial.cost import lane_ns
 
     plan: NocPlan = sg.noc
@@ -238,45 +250,6 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     for n in sg.nodes:
         if n.kind == NodeKind.MVM and sg.layers[n.layer].row_groups > 1:
             trees.setdefault(unit_of(n), []).append(n)
-    gang = {m.id: ms for ms in trees.values() for m in ms}
-
-    comm: dict[tuple[int, int], list[Comm]] = {}
-    pos = {n.id: i for ns in by_core.values() for i, n in enumerate(ns)}
-    ev: dict[int, dict[int, int]] = {c: {} for c in cores}
-    ni = dict.fromkeys(cores, 0)  # index of the current node
-    cur = {c: by_core[c][0] if by_core[c] else None for c in cores}  # the current node or None
-    k = dict.fromkeys(cores, 0)  # steps of the current node done
-    t = dict.fromkeys(cores, 0.0)  # when the core is free
-    ver = dict.fromkeys(cores, 0)
-    done = dict.fromkeys(cores, False)
-    # pending messages: producer core -> destination core -> message id -> (producer, fed node,
-    # producer row, x0, x1, source index, source, fed node's core, its position there, last step
-    # reading the slot's previous row or None); a destination with none left is dropped
-    to: dict[int, dict[int, dict[int, tuple]]] = {c: {} for c in cores}
-    rows_out: dict[int, dict[int, int]] = {}  # producer node -> pending messages per output row
-    inbound: dict[int, set[int]] = {c: set() for c in cores}  # producer cores holding rows for c
-    heap: list[tuple] = []
-    seq = 0
-    now = 0.0
-
-    def wait_counts(toks) -> tuple[tuple[int, int], ...]:
-        """(event, count) a core must have received before it passes the waits of `toks`."""
-        counts: dict[int, int] = {}
-        for tk in toks:
-            if tk.kind == TokenKind.WAIT:
-                counts[tk.event] = counts.get(tk.event, 0) + tk.value
-        return tuple(counts.items())
-
-    def waits_ok(c: int, counts: tuple[tuple[int, int], ...]) -> bool:
-        reg = ev[c]
-        for e, v in counts:
-            if reg.get(e, 0) < v:
-                return False
-        return True
-
-    end_waits = {c: wait_counts(sg.tokens_end.get(c, [])) for c in cores}
-    step_waits: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}  # (node, step) -> counts
-    # the (have key, columns) each step of a fed node needs received
     need_cols = {
         n.id: [
             [((n.id, r, si), m) for x, r, m in rows for si in srcs_of[n.layer, x]]
@@ -285,327 +258,25 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
         for n in sg.nodes
         if n.id in need
     }
-
-    def before(n: ComputeNode, j: int) -> list:
-        st = steps[n.id]
-        toks = list(sg.tokens_before.get(n.id, [])) if j == 0 else []
-        if j == 0 or st[j - 1].band != st[j].band:
-            toks += sg.band_before.get((n.id, st[j].band), [])
-        return toks
-
-    def after(n: ComputeNode, j: int) -> list:
-        st = steps[n.id]
-        toks = []
-        if j == len(st) - 1 or st[j + 1].band != st[j].band:
-            toks += sg.band_after.get((n.id, st[j].band), [])
-        if j == len(st) - 1:
-            toks += sg.tokens_after.get(n.id, [])
-        return toks
-
-    # ready() of each core at its version: it reads only the core's own state (its node, step,
-    # event registers, received columns, pending rows), and every change to that touches the core
-    memo: dict[int, tuple[int, bool]] = {}
-    # whether a reduction tree's members all sit at the same step of it, ready, while no event
-    # runs (the same for whichever member asks): keyed by the tree's first node id
-    tree_memo: dict[int, bool] = {}
-    out_rows = plan.out_rows
-    # the cores of each node's reduction tree, and half the time of each step (the margin by
-    # which a due exchange holds a step back)
-    gang_cores = {nid: tuple(m.core for m in ms) for nid, ms in gang.items()}
-    half = {nid: [(s.pb - s.pa) * lane[nid] / 2 for s in st] for nid, st in steps.items()}
-    heappush = heapq.heappush
-
-    def ready(c: int) -> bool:
-        r = memo.get(c)
-        if r is None or r[0] != ver[c]:
-            r = memo[c] = (ver[c], _ready(c))
-        return r[1]
-
-    def _ready(c: int) -> bool:
-        """Core c can run its next event: a step (its output row slot free: the row computed
-        out_rows steps earlier is sent), entering its next node, or ending its round."""
-        if done[c]:
-            return False
-        n = cur[c]
-        if n is None:
-            return not to[c] and waits_ok(c, end_waits[c])
-        nid = n.id
-        j = k[c]
-        st = steps[nid]
-        if j == len(st):
-            return True  # rows still to send stay in the node's persistent output rows
-        keep = out_rows.get(nid)
-        if keep is not None:
-            per_row = rows_out.get(nid)
-            if per_row:
-                lim = st[j].oy - keep
-                for r in per_row:
-                    if r <= lim:
-                        return False
-        w = step_waits.get((nid, j))
-        if w is None:
-            w = step_waits[nid, j] = wait_counts(before(n, j))
-        if w and not waits_ok(c, w):
-            return False
-        per_step = need_cols.get(nid)
-        if per_step is None:
-            return True
-        for key, m in per_step[j]:
-            if have[key] & m != m:
-                return False
-        return True
-
-    def key(c: int) -> tuple[int, int]:
-        """The message slot core c is in: after step k of its current node, or the end of its
-        last node once all its nodes ran."""
-        n = cur[c]
-        if n is None:
-            n = by_core[c][-1]
-            return (n.id, len(steps[n.id]))
-        return (n.id, k[c])
-
-    # the time and versions of the last event pushed for each message id (an exchange: sender's
-    # version, receiver's version, time) or core tuple (a step: time, version tuple): an
-    # event equal to it is still in the heap, ahead of any copy pushed now, and whichever way it
-    # pops (it runs and touches its cores, or it is stale) the copy would pop stale, so the copy
-    # is not pushed. Heap entries: (time, is a step, push sequence, cores, their versions,
-    # message id or None); at equal times exchanges go first: they are short and free both cores
-    last: dict = {}
-    # producer core -> consumer core -> (their versions, time of the pair's first free message or
-    # INF when none is free) at the pair's last scan. Nothing a scan reads (the pair's pending
-    # messages, the consumer's node and step, both cores' free times) changes without touching
-    # one of the two cores, and the pushed event stays in the heap (a valid event runs only when
-    # `now` reaches its time, and running touches both cores): with the same versions a new scan
-    # finds the same message due at the same time, whose push would be a duplicate
-    pair: dict[int, dict[int, tuple[int, int, float]]] = {c: {} for c in cores}
-
-    def free_mid(msgs: dict[int, tuple], d: int) -> int | None:
-        """Id of the first of `msgs` (pending messages to core d) whose slot is free: the
-        persistent slot its row goes to (row r of input x of consumer m, m at position `at` on
-        d; `lu` the last step of m that reads the slot's previous row, None when there is none)
-        holds no row m still reads."""
-        nd = ni[d]
-        kd = k[d]
-        for mid, msg in msgs.items():
-            at, lu = msg[8], msg[9]
-            if at >= nd and (lu is None or (at == nd and lu < kd)):
-                return mid
-        return None
-
-    def push_exchange(p: int, d: int, vp: int, vd: int, when: float, mid: int) -> tuple:
-        """Push the exchange of message `mid` from core p (version vp) to core d (version vd) at
-        `when` unless the same event was the last pushed for it; returns (vp, vd, when)."""
-        nonlocal seq
-        e = (vp, vd, when)
-        if last.get(mid) != e:
-            last[mid] = e
-            seq += 1
-            heappush(heap, (when, False, seq, (p, d), (vp, vd), mid))
-        return e
-
-    def exchange_due(p: int, d: int, msgs: dict[int, tuple], vd: int) -> float:
-        """Push the first free of `msgs` (pending from core p to core d, version vd) unless the
-        pair was scanned at these versions; returns when it is due (INF: none is free)."""
-        vp = ver[p]
-        sent = pair[p]
-        got = sent.get(d)
-        if got is not None and got[0] == vp and got[1] == vd:
-            return got[2]
-        mid = free_mid(msgs, d)
-        if mid is None:
-            sent[d] = (vp, vd, INF)
-            return INF
-        tp, td = t[p], t[d]
-        when = tp if tp > td else td
-        when = when if when > now else now  # max(t[p], t[d], now)
-        sent[d] = push_exchange(p, d, vp, vd, when, mid)
-        return when
-
-    def offer(c: int) -> None:
-        """Push the events core c can take part in now. A step waits while one of the core's
-        messages can be exchanged before half the step would be done: the peer would otherwise
-        wait for the whole step (rendezvous)."""
-        nonlocal seq
-        soon = INF
-        tc = t[c]
-        vc = ver[c]
-        base = tc if tc > now else now  # max(t[c], now)
-        # the exchanges of one core pair are all due at the same time and the first one pushed
-        # runs first and moves both cores on (staling the rest): push only that one
-        # (pushed in message-id order, as a scan of all of c's pending messages would). A pair
-        # whose two versions are those of its last scan is not scanned again: its first free
-        # message is the same, already pushed at the same time (`pair` above)
-        out = to[c]
-        if out:
-            first = []
-            mine = pair[c]
-            for d, msgs in out.items():
-                vd = ver[d]
-                got = mine.get(d)
-                if got is not None and got[0] == vc and got[1] == vd:  # scanned at these versions
-                    soon = got[2] if got[2] < soon else soon
-                    continue
-                mid = free_mid(msgs, d)
-                if mid is None:
-                    mine[d] = (vc, vd, INF)
-                else:
-                    first.append((mid, d, vd))
-            first.sort()
-            for mid, d, vd in first:
-                td = t[d]
-                when = td if td > base else base
-                if when < soon:
-                    soon = when
-                mine[d] = push_exchange(c, d, vc, vd, when, mid)
-        for p in inbound[c]:
-            msgs = to[p].get(c)
-            if not msgs:
-                continue
-            w = exchange_due(p, c, msgs, vc)
-            if w < soon:
-                soon = w
-        if not ready(c):
-            return
-        n = cur[c]
-        j = k[c]
-        nid = None if n is None or j == len(steps[n.id]) else n.id
-        members = gang.get(nid)
-        if members is None:
-            cs = (c,)
-            start = base
-            vs = (vc,)
-        else:
-            ok = tree_memo.get(members[0].id)
-            if ok is None:
-                ok = tree_memo[members[0].id] = all(
-                    cur[m.core] is m and k[m.core] == j and ready(m.core) for m in members
-                )
-            if not ok:
-                return
-            cs = gang_cores[nid]
-            start = max(now, *(t[x] for x in cs))
-            vs = tuple([ver[x] for x in cs])
-        if nid is not None and soon < start + half[nid][j]:
-            return
-        e = (start, vs)
-        if last.get(cs) != e:
-            last[cs] = e
-            seq += 1
-            heappush(heap, (start, True, seq, cs, vs, None))
-
-    def run(c: int, when: float, woke: set[int]) -> None:
-        n = cur[c]
-        if n is None:
-            for tk in sg.tokens_end.get(c, []):
-                if tk.kind == TokenKind.WAIT:
-                    ev[c][tk.event] -= tk.value
-            done[c] = True
-            return
-        j = k[c]
-        if j == len(steps[n.id]):
-            ni[c] += 1
-            cur[c] = by_core[c][ni[c]] if ni[c] < len(by_core[c]) else None
-            k[c] = 0
-            woke.update(inbound[c])
-            return
-        for tk in before(n, j):
-            if tk.kind == TokenKind.WAIT:
-                ev[c][tk.event] -= tk.value
-        s = steps[n.id][j]
-        t[c] = when + (s.pb - s.pa) * lane[n.id]
-        span = plan.timeline.setdefault(n.layer, [when, 0.0])
-        span[0], span[1] = min(span[0], when), max(span[1], t[c])
-        for tk in after(n, j):
-            if tk.kind == TokenKind.SYNC:
-                reg = ev[tk.value]
-                reg[tk.event] = reg.get(tk.event, 0) + 1
-                woke.add(tk.value)
-        k[c] = j + 1
-        if plan.targets.get(n.id):
-            seg = _step_mask(s, plan.width[n.layer])
-            for m, si in plan.targets[n.id]:
-                src = plan.sources[m.layer][si]
-                cr, shift = plan.consumer_row(src, s.oy)
-                x = src.input
-                p = prev_in_slot.get((m.id, x, cr), -1)
-                lu = last_use[m.id, x, p] if p >= 0 else None
-                for a, b in _runs((seg << shift) & want.get((m.id, x, cr), 0)):
-                    a, b = a - shift, b - shift
-                    mid = next(ids)
-                    msg = (n, m, s.oy, a, b, si, src, m.core, pos[m.id], lu)
-                    to[c].setdefault(m.core, {})[mid] = msg
-                    per_row = rows_out.setdefault(n.id, {})
-                    per_row[s.oy] = per_row.get(s.oy, 0) + 1
-                    inbound[m.core].add(c)
-                    woke.add(m.core)
-
-    ids = itertools.count()  # message ids
-    for c in cores:
-        for tk in sg.tokens_start.get(c, []):
-            if tk.kind == TokenKind.SYNC:
-                reg = ev[tk.value]
-                reg[tk.event] = reg.get(tk.event, 0) + 1
-    for c in cores:
-        offer(c)
-    heappop = heapq.heappop
-    while heap:
-        when, is_step, _, cs, vs, mid = heappop(heap)
-        if is_step:
-            if len(cs) == 1:
-                if ver[cs[0]] != vs[0]:
-                    continue
-            elif tuple([ver[x] for x in cs]) != vs:
-                continue
-        else:
-            p, d = cs
-            if ver[p] != vs[0] or ver[d] != vs[1]:
-                continue
-        if when > now:
-            now = when
-        woke: set[int] = set(cs)
-        if is_step:
-            for c in cs:
-                run(c, when, woke)
-                ver[c] += 1
-        else:
-            to_d = to[p].get(d)
-            if to_d is None or mid not in to_d:
-                continue
-            n, m, r, x0, x1, si, src = to_d.pop(mid)[:7]
-            if not to_d:
-                del to[p][d]
-            per_row = rows_out[n.id]
-            per_row[r] -= 1
-            if not per_row[r]:
-                del per_row[r]
-            sends, recvs = _message(sg, plan, n, m, src, r, x0, x1)
-            comm.setdefault(key(p), []).extend([Comm(True, d, a, z) for a, z in sends])
-            comm.setdefault(key(d), []).extend([Comm(False, p, a, z) for a, z in recvs])
-            cr, shift = plan.consumer_row(src, r)
-            have[m.id, cr, si] |= (1 << (x1 + shift)) - (1 << (x0 + shift))
-            size = sum(z for _, z in sends)
-            t[p] = t[d] = when + (flits(arch, size) + len(sends) - 1) * link_latency_ns(arch, p, d)
-            if d not in to[p]:
-                inbound[d].discard(p)
-            ver[p] += 1
-            ver[d] += 1
-        extra = set()
-        for x in woke:
-            if x not in cs:
-                ver[x] += 1
-            extra.update(inbound[x])
-            n = cur[x]
-            if n is not None:
-                g = gang_cores.get(n.id)
-                if g is not None:
-                    extra.update(g)
-        tree_memo.clear()
-        for x in woke | extra:
-            offer(x)
-    if not all(done.values()):
-        pairs = {(c, d) for c in cores for d in to[c]}
+    tb, templates, nodes, cores = _tables(
+        arch, sg, by_core, steps, lane, need_cols, have, want, prev_in_slot, last_use, trees
+    )
+    cap = 16 * (tb.s_oy.size + tb.t_dest.size) + 1024
+    while True:
+        st = K.new_state(tb, cap)
+        status = K.run_order(tb, st)
+        if status != K.FULL:
+            break
+        cap *= 4
+    plan.timeline = {
+        int(ly): [float(st.tl_start[ly]), float(st.tl_end[ly])]
+        for ly in st.tl_order[: st.ic[K.IC_NTL]]
+    }
+    if status == K.STUCK:
+        pending = np.argwhere(st.pr_cnt > 0)
+        pairs = {(cores[i], cores[j]) for i, j in pending}
         if not pairs:  # blocked on rows not yet produced: every fed edge into a stuck core
-            stuck = {c for c in cores if not done[c]}
+            stuck = {cores[i] for i in np.flatnonzero(~st.done)}
             pairs = {
                 (p, n.core)
                 for n in sg.nodes
@@ -614,5 +285,237 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
                 for p in plan.fed_by(n, x)
             }
         raise OrderStuck(pairs)
-    plan.estimated_ns = max(t.values(), default=0.0)
-    return comm
+    plan.estimated_ns = float(st.t.max()) if st.t.size else 0.0
+    return MessageSlots(sg, plan, templates, nodes, cores, st.xlog[: st.ic[K.IC_NX]].copy())
+
+
+def _tokens(sg: SpatialGraph, n: ComputeNode, st: list[Step], j: int) -> tuple[list, list]:
+    """The tokens before and after step j of node n (its steps st)."""
+    before = list(sg.tokens_before.get(n.id, [])) if j == 0 else []
+    if j == 0 or st[j - 1].band != st[j].band:
+        before += sg.band_before.get((n.id, st[j].band), [])
+    after = []
+    if j == len(st) - 1 or st[j + 1].band != st[j].band:
+        after += sg.band_after.get((n.id, st[j].band), [])
+    if j == len(st) - 1:
+        after += sg.tokens_after.get(n.id, [])
+    return before, after
+
+
+class _Csr:
+    """Rows of tuples appended one row at a time, laid out as a pointer array and columns."""
+
+    def __init__(self, width: int):
+        self.ptr = [0]
+        self.cols: list[list] = [[] for _ in range(width)]
+
+    def row(self, items) -> None:
+        items = list(items)
+        if items:
+            for col, vals in zip(self.cols, zip(*items)):
+                col.extend(vals)
+        self.ptr.append(len(self.cols[0]))
+
+    def arrays(self) -> list[np.ndarray]:
+        return [np.array(self.ptr, np.int64), *(np.array(c, np.int64) for c in self.cols)]
+
+
+def _span(mask: int) -> list[tuple[int, int]]:
+    """[a, b) runs of a mask (one for the contiguous masks steps read)."""
+    low = (mask & -mask).bit_length() - 1
+    if mask == (1 << mask.bit_length()) - (1 << low):
+        return [(low, mask.bit_length())]
+    return _runs(mask)
+
+
+def _tables(
+    arch: Arch, sg: SpatialGraph, by_core, steps, lane, need_cols, have, want, prev_in_slot,
+    last_use, trees,
+):  # fmt: skip
+    """The flat tables of message_order_kernel for one order, the message templates (producer,
+    fed node, row, x0, x1, source index, source) and the nodes and cores the indices stand for."""
+    from raptor.arch.timing import flits, link_latency_ns
+
+    plan: NocPlan = sg.noc
+    nodes = list(sg.nodes)
+    cores = sorted(by_core)
+    cix = {c: i for i, c in enumerate(cores)}
+    nix = {n.id: i for i, n in enumerate(nodes)}
+    pos = {n.id: i for ns in by_core.values() for i, n in enumerate(ns)}
+    events: dict[int, int] = {}
+
+    def event(e: int) -> int:
+        return events.setdefault(e, len(events))
+
+    def waits(toks) -> list[tuple[int, int]]:
+        counts: dict[int, int] = {}
+        for tk in toks:
+            if tk.kind == TokenKind.WAIT:
+                counts[tk.event] = counts.get(tk.event, 0) + tk.value
+        return [(event(e), v) for e, v in counts.items()]
+
+    keys = {key: i for i, key in enumerate(have)}
+    bits = [0] * len(keys)
+    for key, v in have.items():
+        bits[keys[key]] = v
+    top = max((b.bit_length() for b in (*have.values(), *want.values())), default=0)
+    cs_of: dict[tuple[int, ...], int] = {(c,): c for c in range(len(cores))}
+    for ms in trees.values():
+        cs_of.setdefault(tuple(cix[m.core] for m in ms), len(cs_of))
+    gang_of = {m.id: g for g, ms in enumerate(trees.values()) for m in ms}
+    wait_rows, sync_rows, need_rows, tpl_rows = _Csr(2), _Csr(2), _Csr(3), _Csr(8)
+    templates: list[tuple] = []
+    n_sptr, n_rowoff, n_row0, n_nrows = [0], [0], [], []
+    lat: dict[tuple[int, int], float] = {}
+    eb = plan.element_bytes
+    for n in nodes:
+        st = steps[n.id]
+        n_sptr.append(n_sptr[-1] + len(st))
+        targets = plan.targets.get(n.id) or []
+        oys = [s.oy for s in st]
+        row0 = min(oys) if targets and oys else 0
+        nrows = max(oys) - row0 + 1 if targets and oys else 0
+        n_row0.append(row0)
+        n_nrows.append(nrows)
+        off = n_rowoff[-1]
+        n_rowoff.append(off + nrows)
+        per_step = need_cols.get(n.id)
+        for j, s in enumerate(st):
+            before, after = _tokens(sg, n, st, j)
+            wait_rows.row(waits(before))
+            sync_rows.row(
+                (cix[tk.value], event(tk.event)) for tk in after if tk.kind == TokenKind.SYNC
+            )
+            need_rows.row(
+                (keys[key], a, b)
+                for key, m in (per_step[j] if per_step else ())
+                if m
+                for a, b in _span(m)
+            )
+            made = []
+            if targets:
+                seg = _step_mask(s, plan.width[n.layer])
+                cp = sg.layers[n.layer].cols
+                for m, si in targets:
+                    src = plan.sources[m.layer][si]
+                    cr, shift = plan.consumer_row(src, s.oy)
+                    x = src.input
+                    p = prev_in_slot.get((m.id, x, cr), -1)
+                    lu = last_use[m.id, x, p] if p >= 0 else -1
+                    key = keys.get((m.id, cr, si))
+                    if key is None:
+                        key = keys[m.id, cr, si] = len(bits)
+                        bits.append(0)
+                    pair = (n.core, m.core)
+                    if pair not in lat:
+                        lat[pair] = link_latency_ns(arch, *pair)
+                    cc = sg.layers[m.layer].inputs[x].channels
+                    for a, b in _runs((seg << shift) & want.get((m.id, x, cr), 0)):
+                        count, size = _message_shape(src, cp, cc, eb, b - a)
+                        made.append(
+                            (cix[m.core], pos[m.id], lu, key, a, b, off + s.oy - row0,
+                             flits(arch, size) + count - 1)
+                        )  # fmt: skip
+                        templates.append((n, m, s.oy, a - shift, b - shift, si, src))
+            tpl_rows.row(made)
+    words = top // 64 + 2
+    have0 = np.zeros((max(1, len(bits)), words), np.uint64)
+    mask = (1 << 64) - 1
+    for i, v in enumerate(bits):
+        w = 0
+        while v:
+            have0[i, w] = v & mask
+            v >>= 64
+            w += 1
+    cn_ptr = np.cumsum([0, *(len(by_core[c]) for c in cores)])
+    cn_nodes = [nix[n.id] for c in cores for n in by_core[c]]
+    g_nodes = _Csr(1)
+    for ms in trees.values():
+        g_nodes.row((nix[m.id],) for m in ms)
+    cs_cores = _Csr(1)
+    for cs in cs_of:
+        cs_cores.row((c,) for c in cs)
+    end_rows = _Csr(2)
+    for c in cores:
+        end_rows.row(waits(sg.tokens_end.get(c, [])))
+    starts = [
+        (cix[tk.value], event(tk.event))
+        for c in cores
+        for tk in sg.tokens_start.get(c, [])
+        if tk.kind == TokenKind.SYNC
+    ]
+    ev0 = np.zeros((len(cores), max(1, len(events))), np.int64)  # every event numbered by now
+    for c, e in starts:
+        ev0[c, e] += 1
+    latm = np.zeros((len(cores), len(cores)), np.float64)
+    for (p, d), v in lat.items():
+        latm[cix[p], cix[d]] = v
+    wp, wev, wcnt = wait_rows.arrays()
+    yp, ycore, yev = sync_rows.arrays()
+    np_, nkey, na, nb = need_rows.arrays()
+    mp, *tcols = tpl_rows.arrays()
+    gp, gn = g_nodes.arrays()
+    csp, csc = cs_cores.arrays()
+    ep, eev, ecnt = end_rows.arrays()
+    i64 = np.int64
+    st_all = [s for n in nodes for s in steps[n.id]]
+    tb = K.OrderTables(
+        cn_ptr=np.asarray(cn_ptr, i64), cn_nodes=np.array(cn_nodes, i64),
+        n_core=np.array([cix[n.core] for n in nodes], i64),
+        n_layer=np.array([n.layer for n in nodes], i64),
+        n_lane=np.array([lane[n.id] for n in nodes], np.float64),
+        n_keep=np.array([plan.out_rows.get(n.id, -1) for n in nodes], i64),
+        n_sptr=np.array(n_sptr, i64),
+        n_gang=np.array([gang_of.get(n.id, -1) for n in nodes], i64),
+        n_rowoff=np.array(n_rowoff, i64), n_row0=np.array(n_row0, i64),
+        n_nrows=np.array(n_nrows, i64),
+        s_oy=np.array([s.oy for s in st_all], i64), s_pa=np.array([s.pa for s in st_all], i64),
+        s_pb=np.array([s.pb for s in st_all], i64),
+        s_wptr=wp, s_wev=wev, s_wcnt=wcnt, s_yptr=yp, s_ycore=ycore, s_yev=yev,
+        s_nptr=np_, s_nkey=nkey, s_na=na, s_nb=nb, s_mptr=mp,
+        t_dest=tcols[0], t_at=tcols[1], t_lu=tcols[2], t_key=tcols[3], t_a=tcols[4],
+        t_b=tcols[5], t_row=tcols[6], t_dur=tcols[7],
+        g_ptr=gp, g_nodes=gn,
+        g_cs=np.array([cs_of[tuple(cix[m.core] for m in ms)] for ms in trees.values()], i64),
+        cs_ptr=csp, cs_cores=csc, end_wptr=ep, end_wev=eev, end_wcnt=ecnt, lat=latm,
+        have0=have0, ev0=ev0, n_layers=len(sg.layers),
+    )  # fmt: skip
+    return tb, templates, nodes, cores
+
+
+class MessageSlots(Mapping):
+    """The messages of each (node id, slot k) an order placed (order_messages), built from its
+    exchange log when first read: candidate plans are compared by their estimated end alone."""
+
+    def __init__(self, sg, plan, templates, nodes, cores, xlog):
+        # the plan's fields _message reads as they are now: a later re-layout (demotion) assigns
+        # new dicts to them instead of changing these
+        self._args = (sg, copy.copy(plan), templates, nodes, cores, xlog)
+        self._slots: dict[tuple[int, int], list[Comm]] | None = None
+
+    def _built(self) -> dict[tuple[int, int], list[Comm]]:
+        if self._slots is None:
+            sg, plan, templates, nodes, cores, xlog = self._args
+            comm: dict[tuple[int, int], list[Comm]] = {}
+            for tp, pn, pk, dn, dk in xlog.tolist():
+                n, m, r, x0, x1, si, src = templates[tp]
+                p, d = n.core, m.core
+                sends, recvs = _message(sg, plan, n, m, src, r, x0, x1)
+                comm.setdefault((nodes[pn].id, pk), []).extend(
+                    [Comm(True, d, a, z) for a, z in sends]
+                )
+                comm.setdefault((nodes[dn].id, dk), []).extend(
+                    [Comm(False, p, a, z) for a, z in recvs]
+                )
+            self._slots = comm
+            self._args = None
+        return self._slots
+
+    def __getitem__(self, key):
+        return self._built()[key]
+
+    def __iter__(self):
+        return iter(self._built())
+
+    def __len__(self) -> int:
+        return len(self._built())
