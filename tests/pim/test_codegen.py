@@ -7,12 +7,15 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toy import ARCH_TINY, toy_inception, toy_resnet  # noqa: E402
+from toy import ARCH_TINY, max_rel_err, reference, toy_inception, toy_resnet  # noqa: E402
 
 from raptor.arch import load_arch
 from raptor.compiler import compile_model
 from raptor.isa.opcodes import OPCODE_CLASS, InstClass, Opcode
 from raptor.options import CompileOptions
+from raptor.pim.emit import FIRST_LOCAL, LAST_LOCAL, TEMPS, Block, Regs
+from raptor.sim import simulate
+from raptor.spatial import message_order
 
 
 @pytest.mark.parametrize("plan", [True, False])
@@ -110,3 +113,50 @@ def test_pool_line_buffer_values_and_loads(op, k, s, p, hw, ceil):
     if s == 1:
         (v,) = loads.values()
         assert v <= hw * hw * 8 * 2 + 8 * 2 * 16  # input once (+ the avg reciprocals)
+
+
+def test_address_temporaries_never_overwrite_an_operand_the_block_set():
+    """Once a node's preset address registers run out, Regs.loc loads an address into a
+    temporary right before the instruction. A block that set a temporary itself (a pool's row
+    operands, a producer's T_DST) keeps it: loc takes another one, and never one that an earlier
+    operand of the same instruction holds; with none left it raises instead of miscompiling."""
+    regs = Regs([])
+    for i in range(LAST_LOCAL - FIRST_LOCAL + 1):
+        regs.loc(1000 + i)  # every preset register taken
+    b = Block(1)
+    b.add(Opcode.SLDI, rd=TEMPS[2], r2_or_imm=64)
+    b.add(Opcode.SLDI, rd=TEMPS[3], r2_or_imm=128)
+    got = [regs.loc(addr, b) for addr in (4096, 8192)]  # rd and r1 of one instruction
+    assert set(got) == {TEMPS[0], TEMPS[1]}
+    b.add(Opcode.VVMAX, rd=got[0], r1=got[1], r2_or_imm=TEMPS[3], generic3=8)
+    # the instruction's operands are loaded as asked: replay the block's sldis
+    values = {}
+    for op, f in b.slots:
+        if op == Opcode.SLDI:
+            values[f["rd"]] = f["r2_or_imm"]
+        else:
+            assert (values[f["rd"]], values[f["r1"]], values[f["r2_or_imm"]]) == (4096, 8192, 128)
+    assert values[TEMPS[2]] == 64
+    regs.loc(1, b)
+    regs.loc(2, b)
+    with pytest.raises(RuntimeError, match="no free temporary register"):
+        regs.loc(3, b)  # a third operand: both free temporaries hold this instruction's operands
+
+
+def test_pool_rows_cut_finely_keep_their_values(monkeypatch):
+    """A NoC max pool over 96-pixel rows cut into 24 segments of two pixels has more distinct
+    row addresses than preset registers, so its row operands share the temporaries with the
+    addresses Regs.loc loads (this miscompiled until loc kept the block's own temporaries)."""
+    monkeypatch.setattr(message_order, "SEGMENTS_PER_ROW", 32)
+    model = toy_resnet(hw=96, c=8)
+    arch = load_arch("arch-a")
+    res = compile_model(model, arch, CompileOptions())
+    assert any(name.startswith("maxpool") for name in res.report["noc_dataflow"]["producer_layers"])
+    rng = np.random.default_rng(1)
+    ins = [{model.graph.input[0].name: rng.standard_normal((1, 3, 96, 96)).astype(np.float32)}]
+    rep = simulate(res.program, arch, "latency", 1, ins)
+    ref = reference(model, ins)[0]
+    assert all(
+        max_rel_err(np.asarray(rep.outputs[0][k]).reshape(v.shape), v) <= 1e-3
+        for k, v in ref.items()
+    )

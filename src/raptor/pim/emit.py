@@ -6,6 +6,11 @@ the output, r4 = host base of a constant; r5..r27 hold the node's fixed local ad
 its prologue); r28..r31 are temporaries for local addresses beyond that (an sldi right before the
 instruction that uses it). Host addresses of lanes ride in the offset field (ld: rs1 offset, st:
 rd offset), so an ld or st is one record per lane.
+
+A lowering also sets temporaries itself (T_DST, or an operand address it loads with its own sldi);
+`Regs.loc` then takes its temporary among the ones the block has not set itself, and never one
+that an earlier operand of the same instruction holds, so an address register it loads never
+overwrites another operand of the instruction (it raises instead when none is left).
 """
 
 from __future__ import annotations
@@ -30,9 +35,19 @@ class Block:
     def __init__(self, lanes: int):
         self.lanes = lanes
         self.slots: list[tuple[int, dict]] = []
+        self.fixed: set[int] = set()  # temporaries the lowering set itself in this block
+        self.pending: list[int] = []  # temporaries Regs.loc loaded for the next instruction
 
     def add(self, op: Opcode, **fields) -> None:
+        if op == Opcode.SLDI and fields.get("rd") in TEMPS:
+            self.fixed.add(fields["rd"])
+        self.pending = []
         self.slots.append((int(op), fields))
+
+    def add_temp(self, r: int, addr: int) -> None:
+        """The sldi of a temporary Regs.loc chose for an operand of the next instruction."""
+        self.pending.append(r)
+        self.slots.append((int(Opcode.SLDI), {"rd": r, "r2_or_imm": addr}))
 
     def build(self) -> np.ndarray:
         """The records lane by lane: every slot of lane 0, then of lane 1, ... (what
@@ -83,10 +98,16 @@ class Regs:
             self.map[addr] = r
             self.prologue.append(make(Opcode.SLDI, rd=r, r2_or_imm=addr))
             return r
-        r = TEMPS[self.t % len(TEMPS)]
-        self.t += 1
-        block.add(Opcode.SLDI, rd=r, r2_or_imm=addr)
-        return r
+        for _ in range(len(TEMPS)):
+            r = TEMPS[self.t % len(TEMPS)]
+            self.t += 1
+            if r not in block.fixed and r not in block.pending:
+                block.add_temp(r, addr)
+                return r
+        raise RuntimeError(
+            f"no free temporary register for local address {addr}: the block set "
+            f"{sorted(block.fixed)} itself and the instruction holds {block.pending}"
+        )
 
 
 def sldi(r: int, v: int) -> np.ndarray:
