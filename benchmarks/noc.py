@@ -131,17 +131,17 @@ def _chart(rows: list[dict[str, str]], path: Path, flows: list[str]) -> None:
                 bottom=bottom,
                 color=color,
                 alpha=0.3 + 0.6 * (i + 1) / len(flows),
-                label=f"{k} ({flow})" if i == len(flows) - 1 else None,
+                label=k.replace("_", " ") if i == len(flows) - 1 else None,
             )
             bottom += v
     labels = [f"{m}\n{a}" for m, a in cases]
     ax1.set_xticks(x, labels)
     ax1.set_ylabel("latency (ms)")
-    ax1.set_title("Raptor latency by dataflow: " + ", ".join(flows))
+    ax1.set_title("Raptor latency by dataflow:\n" + ", ".join(flows))
     ax1.legend()
     ax2.set_xticks(x, labels)
     ax2.set_ylabel("% of latency (mean over used cores)")
-    ax2.set_title("per-core breakdown (bars: " + ", ".join(flows) + ")")
+    ax2.set_title("per-core breakdown, bars left to right (lighter: earlier)\n" + ", ".join(flows))
     ax2.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.15))
     save_figure(fig, path)
 
