@@ -196,19 +196,32 @@ def lower_mvm_lines(
         return load_host_row(v, iy, x0, x1, base, t_addr, eb)
 
     steps = line_steps(ctx, node, bands, before, after)
-    for oy, pa, pb, pre, post, k in steps:
-        blocks += comm(k) + pre
-        rows_addr = []
+    # One lane block holds the pixels of every step: its records run lane by lane, so each step's
+    # pixels are one contiguous run of them, cut out below between the step's messages, loads
+    # and stores. Per lane: the address of each kernel row's input row (or the zero row).
+    loads: list[list[int]] = []
+    addrs, oxs, pixs, outs, ress = [], [], [], [], []
+    for oy, pa, pb, *_ in steps:
+        rows, at = [], []
         for i in range(kh):
             iy = oy * sh - pt + i
             if i0 <= i < i1 and 0 <= iy < v.height:
-                if iy not in loaded:
-                    blocks += load_row(iy)
-                rows_addr.append(slot(iy))
+                rows.append(iy)
+                at.append(slot(iy))
             else:
-                rows_addr.append(zero_row)
-        ox = np.arange(pa - oy * ow, pb - oy * ow, dtype=np.int64)
-        pixels = np.arange(pa, pb, dtype=np.int64)
+                at.append(zero_row)
+        loads.append(rows)
+        n = pb - pa
+        addrs.append(np.tile(np.array(at, np.int64), (n, 1)))
+        oxs.append(np.arange(pa - oy * ow, pb - oy * ow, dtype=np.int64))
+        pixs.append(np.arange(pa, pb, dtype=np.int64))
+        if sender:
+            outs.append(np.full(n, out_at(oy), np.int64))
+        if residual is not None and res_fed:
+            ress.append(np.full(n, noc.in_row_addr(node, oy, 1), np.int64))
+    if steps:
+        rows_addr = np.concatenate(addrs).T
+        ox = np.concatenate(oxs)
         b = Block(len(ox))
         for t, (ta, tb) in enumerate(tiles):
             dst = ps_a if t == 0 else ps_b
@@ -245,13 +258,23 @@ def lower_mvm_lines(
             b,
             regs,
             tail,
-            pixels,
-            out_at(oy) if sender else None,
+            np.concatenate(pixs),
+            np.concatenate(outs) if sender else None,
             ox,
-            noc.in_row_addr(node, oy, 1) if residual is not None and res_fed else None,
+            np.concatenate(ress) if ress else None,
         )
-        built = b.build()
-        blocks += regs.flush() + [built]
+        presets = regs.flush()
+        built, per_lane = b.build(), len(b.slots)
+    lane = 0
+    for j, (oy, pa, pb, pre, post, k) in enumerate(steps):
+        blocks += comm(k) + pre
+        for iy in loads[j]:
+            if iy not in loaded:
+                blocks += load_row(iy)
+        if j == 0:
+            blocks += presets
+        blocks.append(built[lane * per_lane : (lane + pb - pa) * per_lane])
+        lane += pb - pa
         if sender:
             blocks += store_row(ctx, node, oy, pa - oy * ow, pb - oy * ow, out_at(oy), t_addr)
         blocks += post
