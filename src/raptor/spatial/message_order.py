@@ -408,30 +408,33 @@ def _tables(
         if not targets:
             tpl_rows.empty(len(st))
             continue
+        cp = sg.layers[n.layer].cols
+        per_target = []  # what a message to each target needs that no step changes
+        for m, si in targets:
+            src = plan.sources[m.layer][si]
+            pair = (n.core, m.core)
+            if pair not in lat:
+                lat[pair] = link_latency_ns(arch, *pair)
+            cc = sg.layers[m.layer].inputs[src.input].channels
+            per_target.append((m, m.id, si, src, src.input, cix[m.core], pos[m.id], cc, {}))
         for s in st:
             made = []
             seg = _step_mask(s, plan.width[n.layer])
-            cp = sg.layers[n.layer].cols
-            for m, si in targets:
-                src = plan.sources[m.layer][si]
+            for m, mid, si, src, x, dc, at, cc, dur in per_target:
                 cr, shift = plan.consumer_row(src, s.oy)
-                x = src.input
-                p = prev_in_slot.get((m.id, x, cr), -1)
-                lu = last_use[m.id, x, p] if p >= 0 else -1
-                key = keys.get((m.id, cr, si))
+                p = prev_in_slot.get((mid, x, cr), -1)
+                lu = last_use[mid, x, p] if p >= 0 else -1
+                key = keys.get((mid, cr, si))
                 if key is None:
-                    key = keys[m.id, cr, si] = len(bits)
+                    key = keys[mid, cr, si] = len(bits)
                     bits.append(0)
-                pair = (n.core, m.core)
-                if pair not in lat:
-                    lat[pair] = link_latency_ns(arch, *pair)
-                cc = sg.layers[m.layer].inputs[x].channels
-                for a, b in _runs((seg << shift) & want.get((m.id, x, cr), 0)):
-                    count, size = _message_shape(src, cp, cc, eb, b - a)
-                    made.append(
-                        (cix[m.core], pos[m.id], lu, key, a, b, off + s.oy - row0,
-                         flits(arch, size) + count - 1)
-                    )  # fmt: skip
+                cols = (seg << shift) & want.get((mid, x, cr), 0)
+                for a, b in _span(cols) if cols else ():
+                    d = dur.get(b - a)  # flits of a message b - a pixels wide
+                    if d is None:
+                        count, size = _message_shape(src, cp, cc, eb, b - a)
+                        d = dur[b - a] = flits(arch, size) + count - 1
+                    made.append((dc, at, lu, key, a, b, off + s.oy - row0, d))
                     templates.append((n, m, s.oy, a - shift, b - shift, si, src))
             tpl_rows.row(made)
     words = top // 64 + 2

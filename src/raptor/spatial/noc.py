@@ -41,6 +41,7 @@ rows reach a consumer only once its own program has restarted.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
@@ -134,6 +135,8 @@ class NocPlan:
     estimated_ns: float = 0.0  # end of the estimated execution order_messages followed
     timeline: dict[int, list[float]] = field(default_factory=dict)  # layer -> [start, end] ns
     demoted: dict[str, int] = field(default_factory=dict)  # units sent back to host, by reason
+    # producer layer -> (its producers list, their pixel ends when sorted): pieces() bisects them
+    _ends: dict = field(default_factory=dict, repr=False, compare=False)
 
     def is_fed(self, n: ComputeNode) -> bool:
         """n's window input arrives over the NoC."""
@@ -174,11 +177,24 @@ class NocPlan:
                 continue
             w = self.width[src.layer]
             lo, hi = iy * w + x0, iy * w + x1
-            for n in self.producers[src.layer]:
+            prods = self.producers[src.layer]
+            for n in prods[self._first_ending_after(src.layer, lo) :]:
+                if n.p0 >= hi:
+                    break
                 a, b = max(lo, n.p0), min(hi, n.p1)
                 if a < b:
                     out.append((n.core, a - iy * w, b - iy * w, si))
         return out
+
+    def _first_ending_after(self, layer: int, lo: int) -> int:
+        """Index of the first producer of `layer` (sorted by p0) whose pixels end after `lo`;
+        0 when their ends are not sorted too (pixel ranges that overlap)."""
+        prods = self.producers[layer]
+        got = self._ends.get(layer)
+        if got is None or got[0] is not prods:
+            ends = [n.p1 for n in prods]
+            got = self._ends[layer] = (prods, ends if ends == sorted(ends) else None)
+        return 0 if got[1] is None else bisect_right(got[1], lo)
 
     def consumer_row(self, src: Source, r: int) -> tuple[int, int]:
         """(consumer row, column shift) of producer row r of `src`: the same row, or row 0 with
