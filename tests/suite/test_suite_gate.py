@@ -33,3 +33,21 @@ def test_bad_input_size_is_rejected_before_anything_is_written(tmp_path, capsys)
         "of 8, got 10"
     )
     assert not out.exists()
+
+
+def test_prepared_model_is_imported_once_for_its_cases(tmp_path, monkeypatch):
+    """Preparing a model imports it into the frontend cache, so that its first cases, started
+    together on several workers, load the graph instead of each importing it; preparing it again
+    reads only the cache's key."""
+    import raptor.frontend as frontend
+    from raptor.suite.execute import frontend_cache
+
+    imports = []
+    real = frontend.load_graph
+    monkeypatch.setattr(frontend, "load_graph", lambda *a, **k: imports.append(a) or real(*a, **k))
+    spec = CaseSpec("vgg8", "arch-a", "latency", 1, str(tmp_path), input_size=16)
+    runner.prepare_models([spec], console=None)
+    assert len(imports) == 1 and frontend_cache(spec).holds_graph()
+    frontend_cache(spec).load()
+    runner.prepare_models([spec], console=None)
+    assert len(imports) == 1

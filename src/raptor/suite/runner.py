@@ -200,7 +200,9 @@ def prepare_model(s: CaseSpec, n_inputs: int, console) -> None:
     """Build the model of case s once and its reference data for n_inputs inputs; the model
     file passes the import gate (raptor.frontend.gate) first, unless the frontend cache the
     cases compile from (raptor.frontend.cache) already holds its graph: the gate passed on
-    those bytes with this code when the graph was imported."""
+    those bytes with this code when the graph was imported. With that cache (fast) the model is
+    imported here, gate included, so that the first cases of the model, started together on
+    several workers, load its graph instead of each importing it."""
     from raptor.models import save_model
     from raptor.suite.execute import frontend_cache
     from raptor.validation.reference import ensure_reference
@@ -209,7 +211,11 @@ def prepare_model(s: CaseSpec, n_inputs: int, console) -> None:
     if not s.fast or not s.model_path.is_file() or not _model_matches(s):
         save_model(s.model, s.model_path, input_size=s.input_size, seed=s.seed)
         _write_model_key(s)
-    if not (s.fast and frontend_cache(s).holds_graph()):
+    if s.fast:
+        cached = frontend_cache(s)
+        if not cached.holds_graph():
+            cached.load()
+    else:
         from raptor.frontend.gate import check_model
 
         check_model(s.model_path)
