@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from raptor.errors import RaptorError
-from raptor.options import CompileOptions
+from raptor.options import ROW_SEGMENTS, CompileOptions
 
 
 def _cmd_arch_show(args: argparse.Namespace) -> int:
@@ -80,6 +80,7 @@ def compile_options(args: argparse.Namespace) -> CompileOptions:
         disable_line_buffer=args.pim_disable_line_buffer,
         disable_pixel_chunks=args.pim_disable_pixel_chunks,
         disable_window_packing=args.pim_disable_window_packing,
+        row_segments=args.pim_row_segments,
         compiler=args.compiler,
         replication=args.replication,
     )
@@ -357,6 +358,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="Raptor: place nodes on cores by their total load only; by default the planner "
         "also repacks them by the load within each layer's time window of the estimated "
         "schedule and keeps the shorter plan (default: off)",
+    )
+    cp.add_argument(
+        "--pim-row-segments",
+        type=int,
+        default=ROW_SEGMENTS,
+        metavar="N",
+        help="Raptor: cut each output row a NoC node computes and sends into up to N segments "
+        "of at least two pixels, so that consumers start before a row is finished; more "
+        "segments overlap layers more for more instructions and compile time "
+        f"(default: {ROW_SEGMENTS})",
     )
     cp.add_argument(
         "--print-passes",

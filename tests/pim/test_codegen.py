@@ -15,7 +15,6 @@ from raptor.isa.opcodes import OPCODE_CLASS, InstClass, Opcode
 from raptor.options import CompileOptions
 from raptor.pim.emit import FIRST_LOCAL, LAST_LOCAL, TEMPS, Block, Regs
 from raptor.sim import simulate
-from raptor.spatial import message_order
 
 
 @pytest.mark.parametrize("plan", [True, False])
@@ -143,14 +142,13 @@ def test_address_temporaries_never_overwrite_an_operand_the_block_set():
         regs.loc(3, b)  # a third operand: both free temporaries hold this instruction's operands
 
 
-def test_pool_rows_cut_finely_keep_their_values(monkeypatch):
+def test_pool_rows_cut_finely_keep_their_values():
     """A NoC max pool over 96-pixel rows cut into 24 segments of two pixels has more distinct
     row addresses than preset registers, so its row operands share the temporaries with the
     addresses Regs.loc loads (this miscompiled until loc kept the block's own temporaries)."""
-    monkeypatch.setattr(message_order, "SEGMENTS_PER_ROW", 32)
     model = toy_resnet(hw=96, c=8)
     arch = load_arch("arch-a")
-    res = compile_model(model, arch, CompileOptions())
+    res = compile_model(model, arch, CompileOptions(row_segments=32))
     assert any(name.startswith("maxpool") for name in res.report["noc_dataflow"]["producer_layers"])
     rng = np.random.default_rng(1)
     ins = [{model.graph.input[0].name: rng.standard_normal((1, 3, 96, 96)).astype(np.float32)}]

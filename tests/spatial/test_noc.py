@@ -234,3 +234,40 @@ def test_reads_any_matches_a_scan_of_every_row():
             for a, b in zip(p0.tolist(), p1.tolist())
         ]
         assert got.tolist() == want
+
+
+def test_row_segments_option_trades_instructions_for_overlap(tmp_path, capsys):
+    """`--pim-row-segments N`: NoC nodes compute and send each output row in up to N segments.
+    vgg8 at 32x32 (conv rows 32 wide): one segment per row and the default 8 both compute
+    onnxruntime's values; 8 segments send more, smaller messages and finish sooner; the option
+    is recorded in the compile report and a count below 1 is a one-line user error."""
+    from raptor.cli import EXIT_USER_ERROR, main
+    from raptor.options import ROW_SEGMENTS
+
+    arch = load_arch("arch-a")
+    model = build_model("vgg8", input_size=32)
+    res1, rep1, err1 = _values(model, arch, CompileOptions(row_segments=1), 32)
+    res8, rep8, err8 = _values(model, arch, CompileOptions(), 32)
+    assert ROW_SEGMENTS == 8 and err1 <= 1e-3 and err8 <= 1e-3
+    assert _ops(res8.program, Opcode.SEND) > 1.5 * _ops(res1.program, Opcode.SEND)
+    assert rep8.noc_bytes_per_inference == rep1.noc_bytes_per_inference
+    assert rep8.latency_ns < rep1.latency_ns
+    assert res1.report["options"]["row_segments"] == 1
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    rc = main(
+        [
+            "compile",
+            str(path),
+            "--arch",
+            "arch-a",
+            "--pim-row-segments",
+            "0",
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
+    _, err = capsys.readouterr()
+    assert rc == EXIT_USER_ERROR
+    assert err == "raptor: error: row segments must be >= 1, got 0\n"
+    assert not (tmp_path / "o").exists()

@@ -26,7 +26,7 @@ from raptor.arch import Arch
 from raptor.spatial import message_order_kernel as K
 from raptor.spatial.geometry import lines_geometry
 from raptor.spatial.ir import ComputeNode, NodeKind, SpatialGraph, TokenKind
-from raptor.spatial.noc import NocPlan, Source, Unit, row_spans, unit_of
+from raptor.spatial.noc import SEGMENTS_PER_ROW, NocPlan, Source, Unit, row_spans, unit_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,18 +40,12 @@ class Step:
     pb: int
 
 
-def row_segments(ow: int) -> list[int]:
+def row_segments(ow: int, segments: int = SEGMENTS_PER_ROW) -> list[int]:
     """Column cuts [0, ..., ow] of an output row into the segments a NoC node computes and sends
-    one at a time (up to SEGMENTS_PER_ROW of at least two pixels), so that a consumer starts on
-    the first columns of a row before its producers finished the row."""
-    n = max(1, min(SEGMENTS_PER_ROW, ow // 2))
+    one at a time (up to `segments` of at least two pixels), so that a consumer starts on the
+    first columns of a row before its producers finished the row."""
+    n = max(1, min(segments, ow // 2))
     return [round(i * ow / n) for i in range(n + 1)]
-
-
-# Measured on the 16 default cases (raptor-only suite): 4 -> 8 segments cut latency 5.4 % and raised
-# throughput 4.7 % (geometric means; resnet18/34 up to 11.5 % / 13 %, vgg8 arch-a p4 4.1 % lower
-# throughput) for 3-4 % more instructions; 16 and 32 gain another 1-2 % but double compile time.
-SEGMENTS_PER_ROW = 8
 
 
 def row_steps(a: int, b: int, ow: int, cuts: list[int]) -> list[tuple[int, int, int]]:
@@ -71,7 +65,7 @@ def node_steps(sg: SpatialGraph, n: ComputeNode) -> list[Step]:
     if plan is None or not plan.uses_lines(n):
         return [Step(i, -1, a, b) for i, (a, b) in enumerate(bands)]
     ow = max(1, sg.layers[n.layer].output.width)
-    cuts = row_segments(ow)
+    cuts = row_segments(ow, plan.segments)
     return [
         Step(i, oy, pa, pb)
         for i, (a, b) in enumerate(bands)

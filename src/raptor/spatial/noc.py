@@ -12,8 +12,9 @@ inputs, constants, outputs, residual reads, flattened/strided/concat views, same
 in host memory, ordered by the synchronization pass's tokens; a producer also `st`s its rows when
 its buffer keeps a host reader.
 
-Granularity and buffers. NoC nodes compute one row segment per step (up to SEGMENTS_PER_ROW per
-output row), so a consumer starts on the first columns of a row before its producers finished it.
+Granularity and buffers. NoC nodes compute one row segment per step (up to `NocPlan.segments`
+per output row: SEGMENTS_PER_ROW unless `raptor compile --pim-row-segments` says otherwise), so a
+consumer starts on the first columns of a row before its producers finished it.
 A fed node keeps every input row it reads in local memory when they fit in RING_BYTES (else a ring
 of kernel-height rows); a producer keeps up to OUT_BYTES of output rows waiting to be sent.
 
@@ -48,8 +49,11 @@ from typing import ClassVar
 import numpy as np
 
 from raptor.arch import Arch
+from raptor.options import ROW_SEGMENTS
 from raptor.spatial.geometry import lines_geometry, lines_rows
 from raptor.spatial.ir import BufferRole, ComputeNode, Layer, LayerKind, NodeKind, SpatialGraph
+
+SEGMENTS_PER_ROW = ROW_SEGMENTS  # row segments per output row unless the options say otherwise
 
 Unit = tuple[int, int, int, int]  # (layer, replica, c0, p0) of an MVM tree; (layer, -1, 0, id) pool
 
@@ -120,6 +124,7 @@ class NocPlan:
     res_rows: dict[int, int] = field(default_factory=dict)  # residual-fed node -> row slots
     element_bytes: int = 2
     local_bytes: int = 1 << 20  # a core's local memory
+    segments: int = SEGMENTS_PER_ROW  # row segments per output row (message_order.row_segments)
     # persistent per-core NoC buffers at the top of local memory (`_layout`): a fed node's input
     # rows and a producer's output rows outlive the node, so a core can receive rows for a later
     # node and send rows of an earlier one; node scratch gets the memory below `persist`
@@ -312,12 +317,18 @@ def noc_edges(sg: SpatialGraph) -> dict[int, list[Source]]:
     return out
 
 
-def plan_noc(sg: SpatialGraph, element_bytes: int, local_bytes: int = 1 << 20) -> NocPlan:
-    """Choose the fed consumer units of `sg` (module docstring); needs cores assigned."""
+def plan_noc(
+    sg: SpatialGraph,
+    element_bytes: int,
+    local_bytes: int = 1 << 20,
+    segments: int = SEGMENTS_PER_ROW,
+) -> NocPlan:
+    """Choose the fed consumer units of `sg` (module docstring); needs cores assigned; nodes
+    stream their rows in up to `segments` segments."""
     by_layer: dict[int, list[ComputeNode]] = {}
     for n in sg.nodes:
         by_layer.setdefault(n.layer, []).append(n)
-    plan = NocPlan(element_bytes=element_bytes, local_bytes=local_bytes)
+    plan = NocPlan(element_bytes=element_bytes, local_bytes=local_bytes, segments=segments)
     for ci, srcs in noc_edges(sg).items():
         lc = sg.layers[ci]
         plan.sources[ci] = srcs
@@ -585,8 +596,10 @@ class NocDataflowPass:
     """Attach the NoC plan to the graph (`sg.noc`); lowering and synchronization follow it."""
 
     name: ClassVar[str] = "noc-dataflow"
+    segments: int = SEGMENTS_PER_ROW
 
     def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
         out = replace(sg)
-        out.noc = plan_noc(sg, arch.element_bytes, arch.core.local_memory.memory_size)
+        mem = arch.core.local_memory.memory_size
+        out.noc = plan_noc(sg, arch.element_bytes, mem, self.segments)
         return out
