@@ -26,7 +26,7 @@ from raptor.arch import Arch
 from raptor.spatial import message_order_kernel as K
 from raptor.spatial.geometry import lines_geometry
 from raptor.spatial.ir import ComputeNode, NodeKind, SpatialGraph, TokenKind
-from raptor.spatial.noc import SEGMENTS_PER_ROW, NocPlan, Source, Unit, row_spans, unit_of
+from raptor.spatial.noc import NocPlan, Source, Unit, row_spans, unit_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,7 @@ class Step:
     pb: int
 
 
-def row_segments(ow: int, segments: int = SEGMENTS_PER_ROW) -> list[int]:
+def row_segments(ow: int, segments: int) -> list[int]:
     """Column cuts [0, ..., ow] of an output row into the segments a NoC node computes and sends
     one at a time (up to `segments` of at least two pixels), so that a consumer starts on the
     first columns of a row before its producers finished the row."""

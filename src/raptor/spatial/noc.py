@@ -13,7 +13,8 @@ in host memory, ordered by the synchronization pass's tokens; a producer also `s
 its buffer keeps a host reader.
 
 Granularity and buffers. NoC nodes compute one row segment per step (up to `NocPlan.segments`
-per output row: SEGMENTS_PER_ROW unless `raptor compile --pim-row-segments` says otherwise), so a
+per output row: raptor.options.ROW_SEGMENTS unless `raptor compile --pim-row-segments` says
+otherwise), so a
 consumer starts on the first columns of a row before its producers finished it.
 A fed node keeps every input row it reads in local memory when they fit in RING_BYTES (else a ring
 of kernel-height rows); a producer keeps up to OUT_BYTES of output rows waiting to be sent.
@@ -52,8 +53,6 @@ from raptor.arch import Arch
 from raptor.options import ROW_SEGMENTS
 from raptor.spatial.geometry import lines_geometry, lines_rows
 from raptor.spatial.ir import BufferRole, ComputeNode, Layer, LayerKind, NodeKind, SpatialGraph
-
-SEGMENTS_PER_ROW = ROW_SEGMENTS  # row segments per output row unless the options say otherwise
 
 Unit = tuple[int, int, int, int]  # (layer, replica, c0, p0) of an MVM tree; (layer, -1, 0, id) pool
 
@@ -114,6 +113,9 @@ class NocPlan:
     width_out: dict[int, int] = field(default_factory=dict)  # consumer layer -> output width
     flat: dict[int, int] = field(default_factory=dict)  # flatten consumer layer -> channels/pixel
     producers: dict[int, list[ComputeNode]] = field(default_factory=dict)  # root nodes by p0
+    # producer layer -> the pixel ends of its producers (sorted, so pieces() bisects them), or
+    # None where their pixel ranges overlap
+    producer_ends: dict[int, list[int] | None] = field(default_factory=dict)
     rows: dict[int, tuple[list[int], int, int]] = field(default_factory=dict)  # input_rows
     # producer node id -> (fed consumer node, index of the source in its layer's sources)
     targets: dict[int, list[tuple[ComputeNode, int]]] = field(default_factory=dict)
@@ -124,7 +126,7 @@ class NocPlan:
     res_rows: dict[int, int] = field(default_factory=dict)  # residual-fed node -> row slots
     element_bytes: int = 2
     local_bytes: int = 1 << 20  # a core's local memory
-    segments: int = SEGMENTS_PER_ROW  # row segments per output row (message_order.row_segments)
+    segments: int = ROW_SEGMENTS  # row segments per output row (message_order.row_segments)
     # persistent per-core NoC buffers at the top of local memory (`_layout`): a fed node's input
     # rows and a producer's output rows outlive the node, so a core can receive rows for a later
     # node and send rows of an earlier one; node scratch gets the memory below `persist`
@@ -140,8 +142,6 @@ class NocPlan:
     estimated_ns: float = 0.0  # end of the estimated execution order_messages followed
     timeline: dict[int, list[float]] = field(default_factory=dict)  # layer -> [start, end] ns
     demoted: dict[str, int] = field(default_factory=dict)  # units sent back to host, by reason
-    # producer layer -> (its producers list, their pixel ends when sorted): pieces() bisects them
-    _ends: dict = field(default_factory=dict, repr=False, compare=False)
 
     def is_fed(self, n: ComputeNode) -> bool:
         """n's window input arrives over the NoC."""
@@ -182,24 +182,15 @@ class NocPlan:
                 continue
             w = self.width[src.layer]
             lo, hi = iy * w + x0, iy * w + x1
-            prods = self.producers[src.layer]
-            for n in prods[self._first_ending_after(src.layer, lo) :]:
+            ends = self.producer_ends[src.layer]
+            first = 0 if ends is None else bisect_right(ends, lo)
+            for n in self.producers[src.layer][first:]:
                 if n.p0 >= hi:
                     break
                 a, b = max(lo, n.p0), min(hi, n.p1)
                 if a < b:
                     out.append((n.core, a - iy * w, b - iy * w, si))
         return out
-
-    def _first_ending_after(self, layer: int, lo: int) -> int:
-        """Index of the first producer of `layer` (sorted by p0) whose pixels end after `lo`;
-        0 when their ends are not sorted too (pixel ranges that overlap)."""
-        prods = self.producers[layer]
-        got = self._ends.get(layer)
-        if got is None or got[0] is not prods:
-            ends = [n.p1 for n in prods]
-            got = self._ends[layer] = (prods, ends if ends == sorted(ends) else None)
-        return 0 if got[1] is None else bisect_right(got[1], lo)
 
     def consumer_row(self, src: Source, r: int) -> tuple[int, int]:
         """(consumer row, column shift) of producer row r of `src`: the same row, or row 0 with
@@ -321,7 +312,7 @@ def plan_noc(
     sg: SpatialGraph,
     element_bytes: int,
     local_bytes: int = 1 << 20,
-    segments: int = SEGMENTS_PER_ROW,
+    segments: int = ROW_SEGMENTS,
 ) -> NocPlan:
     """Choose the fed consumer units of `sg` (module docstring); needs cores assigned; nodes
     stream their rows in up to `segments` segments."""
@@ -339,7 +330,9 @@ def plan_noc(
             else:
                 roots = list(by_layer.get(lp.index, []))
             plan.width[lp.index] = lp.output.width
-            plan.producers[lp.index] = sorted(roots, key=lambda n: n.p0)
+            prods = plan.producers[lp.index] = sorted(roots, key=lambda n: n.p0)
+            ends = [n.p1 for n in prods]
+            plan.producer_ends[lp.index] = ends if ends == sorted(ends) else None
         plan.width_out[ci] = lc.output.width
         if srcs[0].flat:
             plan.flat[ci] = srcs[0].channels
@@ -596,7 +589,7 @@ class NocDataflowPass:
     """Attach the NoC plan to the graph (`sg.noc`); lowering and synchronization follow it."""
 
     name: ClassVar[str] = "noc-dataflow"
-    segments: int = SEGMENTS_PER_ROW
+    segments: int = ROW_SEGMENTS
 
     def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
         out = replace(sg)
