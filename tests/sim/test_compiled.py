@@ -17,7 +17,7 @@ from raptor.isa.table import make
 from raptor.models import save_model
 from raptor.options import CompileOptions
 from raptor.sim import simulate
-from raptor.sim.compiled import CompiledEngine
+from raptor.sim.compiled import LOCAL_POOL, CompiledEngine
 
 FIELDS = (
     "mode",
@@ -271,3 +271,36 @@ def test_local_moves_before_the_first_setbw_keep_their_cost(arch):
     r = both(_valued([body]), arch, mode="throughput", pipeline=3, force_target=True)
     f = r.per_core[0].finish_ns
     assert f[2] - f[1] == f[1] - f[0]  # rounds 1 and 2 cost the same
+
+
+def test_reused_local_memory_starts_zero(arch):
+    """Local memories are kept between runs (compiled.LOCAL_POOL), zeroed where each core's
+    instructions reached: a second program of the same shape that reads memory it never wrote reads
+    zeros, wherever the first one wrote (ld, mvmul, vector op, lldi, lmv, recv; two cores; at
+    both ends of local memory)."""
+    w = np.random.default_rng(1).standard_normal((16, 8)).astype(np.float32)
+    c0 = [setbw(), sldi(1, 0), sldi(2, 0), ld(2, 1, 256), sldi(3, 300), mvmul(3, 2, group=0)]
+    c0 += [sldi(4, 400), vop(Opcode.VVADD, 4, 2, 2, 64), sldi(5, 900)]
+    c0 += [make(Opcode.LLDI, rd=5, r2_or_imm=3, generic3=40), sldi(6, 2000)]
+    c0 += [make(Opcode.LMV, rd=6, r1=2, generic3=100), send(2, 1, 64)]
+    top = arch.core.local_memory.memory_size - 48  # element_bytes 1: the last 48 elements
+    c0 += [sldi(7, top), make(Opcode.LLDI, rd=7, r2_or_imm=2, generic3=48)]
+    c1 = [setbw(), sldi(1, 5000), recv(1, 0, 64)]
+    dirty = _valued([c0, c1], agm=[[1], []], weights=[w], agw=[[0], []])
+    LOCAL_POOL._free.clear()
+    simulate(dirty, arch, engine="compiled")
+    assert len(LOCAL_POOL._free) == 1  # kept for the next run of this shape
+    reads = [setbw(), sldi(8, 256), sldi(2, 0), st(8, 2, 128)]  # host[256:384] = local[0:128]
+    reads += [sldi(8, 240), sldi(2, top + 32), st(8, 2, 16)]  # host[240:256]: the top 16
+    for at, local in ((320, 300), (336, 400), (352, 900), (368, 2000)):
+        reads += [sldi(8, at), sldi(2, local), st(8, 2, 16)]
+    probe = [setbw(), sldi(8, 384), sldi(2, 5000), st(8, 2, 64)]  # host[384:448]
+    clean = _valued([reads, probe], out=(240, 208))
+    out = simulate(clean, arch, engine="compiled").outputs[0]["y"]
+    np.testing.assert_array_equal(out, np.zeros(208, np.float32))
+    assert_same(simulate(clean, arch, engine="compiled"), simulate(clean, arch, engine="python"))
+    simulate(dirty, arch, engine="compiled")
+    one = _valued([reads], out=(240, 144))  # one core: a view of the kept array's first row
+    np.testing.assert_array_equal(
+        simulate(one, arch, engine="compiled").outputs[0]["y"], np.zeros(144, np.float32)
+    )

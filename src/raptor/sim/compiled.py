@@ -8,6 +8,8 @@ Covers rob_size 1 and untraced runs; rob_size > 1 and traced runs use the Python
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from raptor.arch.loader import Arch
@@ -82,6 +84,49 @@ def _zeros_small_pages(shape: tuple[int, int]) -> np.ndarray:
     finally:
         if setter:
             setter(old)
+
+
+class _LocalPool:
+    """Local memories kept zeroed between runs in one process. A fresh zeroed array costs a page
+    fault at the first touch of each page (the OS maps zero pages lazily). After a run, the part
+    of every core's memory its instructions were checked for (K.CI_LLO, K.CI_LHI: values are only
+    written inside checked ranges) is zeroed, which leaves the whole array zero, and the array is
+    kept for the next run with memories of that size: a run with as many cores or fewer gets a
+    view of its first rows. Arrays whose marked parts exceed `max_bytes` are not kept (they would
+    hold that much resident memory between runs)."""
+
+    max_bytes = 256 << 20
+
+    def __init__(self) -> None:
+        self._free: dict[
+            int, np.ndarray
+        ] = {}  # elements per core -> a zero (cores, elements) array
+        self._lock = threading.Lock()
+
+    def take(self, shape: tuple[int, int]) -> np.ndarray:
+        with self._lock:
+            arr = self._free.pop(shape[1], None)
+        if arr is None or arr.shape[0] < shape[0]:
+            return _zeros_small_pages(shape)
+        return arr[: shape[0]]
+
+    def give(self, arr: np.ndarray, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Zero arr[r, :lo] and arr[r, hi:] for every row r of rows (lo, hi: theirs) and keep the
+        array arr is (a view of)."""
+        n = arr.shape[1]
+        if int(lo.sum() + (n - hi).sum()) * arr.itemsize > self.max_bytes:
+            return
+        for r, a, b in zip(rows.tolist(), lo.tolist(), hi.tolist()):
+            arr[r, :a] = 0.0
+            arr[r, b:] = 0.0
+        whole = arr if arr.base is None else arr.base
+        with self._lock:
+            kept = self._free.get(n)
+            if kept is None or kept.shape[0] < whole.shape[0]:
+                self._free[n] = whole
+
+
+LOCAL_POOL = _LocalPool()
 
 
 class CompiledEngine:
@@ -205,8 +250,9 @@ class CompiledEngine:
         cf = np.zeros((nc, K.N_CF), np.float64)
         lm = arch.core.local_memory
         self.LN = lm.memory_size // eb
+        ci[:, K.CI_LHI] = self.LN  # nothing marked (kernel_core._mark)
         n_prog = int((ns > 0).sum())
-        self.local = _zeros_small_pages((max(n_prog, 1), self.LN))
+        self.local = LOCAL_POOL.take((max(n_prog, 1), self.LN))
         n_sync = int(per_op[:, Opcode.SYNC].sum())
         cap = nc + n_sync * self.rounds + 16
         q = np.zeros(nc + 1, np.int64)
@@ -288,6 +334,17 @@ class CompiledEngine:
 
     # ---------------------------------------------------------------- run
     def run(self) -> None:
+        if self.local is None:
+            raise RuntimeError("a CompiledEngine runs once")
+        try:
+            self._run()
+        finally:
+            ci = self.st[K.S_CI]
+            has = ci[:, K.CI_N] > 0
+            LOCAL_POOL.give(self.local, ci[has, K.CI_LROW], ci[has, K.CI_LLO], ci[has, K.CI_LHI])
+            self.local = None
+
+    def _run(self) -> None:
         self.prm = self.prm[: K.P_VALUES] + (0 if self.value_pass else 1,)
         st, prm = self.st, self.prm
         gi = st[K.S_GI]

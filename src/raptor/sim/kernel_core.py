@@ -122,6 +122,16 @@ def ldst_addrs(R: np.ndarray, ins: np.ndarray, i: int, op: int, eb: int) -> tupl
     return xaddr(R, ins, i, 2, 2, eb), xaddr(R, ins, i, 1, 1, eb)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _mark(ci, c: int, a: int, end: int, LN: int) -> None:
+    """Widen core c's marks of checked local memory (K.CI_LLO, K.CI_LHI) to cover [a, end)."""
+    mid = LN // 2
+    if a < mid and end > ci[c, K.CI_LLO]:
+        ci[c, K.CI_LLO] = end if end < mid else mid
+    if end > mid and a < ci[c, K.CI_LHI]:
+        ci[c, K.CI_LHI] = a if a > mid else mid
+
+
 @njit(cache=True, nogil=True)
 def _fail(ci, gi, c: int, pc: int, code: int, x1=0, x2=0, x3=0, x4=0, x5=0) -> int:
     ci[c, K.CI_PC] = pc
@@ -225,6 +235,8 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
             rows, cols = wmeta[mi, 1], wmeta[mi, 2]
             if a < 0 or a + rows > LN or d < 0 or d + cols > LN:
                 return _fail(ci, gi, c, pc, K.E_MVM_RANGE, a, rows, d, cols, LN)
+            _mark(ci, c, a, a + rows, LN)
+            _mark(ci, c, d, d + cols, LN)
             if key < 0:
                 return _fail(ci, gi, c, pc, K.E_INTERNAL)
             if vals:
@@ -247,9 +259,14 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
                 span = (length - 1) * b + 1 if b > 0 else 1
                 if a < 0 or a + span > LN or d < 0 or d + length > LN:
                     return _fail(ci, gi, c, pc, K.E_LOCAL_RANGE)
+                _mark(ci, c, a, a + span, LN)
+                _mark(ci, c, d, d + length, LN)
             else:
                 if a < 0 or a + length > LN or d < 0 or d + length > LN or b < 0 or b + length > LN:
                     return _fail(ci, gi, c, pc, K.E_LOCAL_RANGE)
+                _mark(ci, c, a, a + length, LN)
+                _mark(ci, c, b, b + length, LN)
+                _mark(ci, c, d, d + length, LN)
             lat = ctab[key, 0]
             busy_v += lat
             e_v += ctab[key, 1]
@@ -277,6 +294,7 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
             d = xaddr(R, ins, i, 1, 1, eb)
             if d < 0 or d + m > LN:
                 return _fail(ci, gi, c, pc, K.E_LOCAL_RANGE)
+            _mark(ci, c, d, d + m, LN)
             if op == K.OP_LLDI:
                 if vals:
                     fill(L, d, m, ins[i, 3])
@@ -284,6 +302,7 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
                 a = xaddr(R, ins, i, 2, 2, eb)
                 if a < 0 or a + m > LN:
                     return _fail(ci, gi, c, pc, K.E_LOCAL_RANGE)
+                _mark(ci, c, a, a + m, LN)
                 if vals:
                     move(L, d, L, a, m)
             lat = ctab[key, 0]
@@ -318,6 +337,7 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
                 la, ha = ldst_addrs(R, ins, i, op, eb)
                 if la < 0 or la + m > LN:
                     return _fail(ci, gi, c, pc, K.E_CHECK_LOCAL, la, m, LN)
+                _mark(ci, c, la, la + m, LN)
                 if ha < 0 or ha + m > hsize:
                     return _fail(ci, gi, c, pc, K.E_CHECK_HOST, ha, m, hsize)
                 ci[c, K.CI_PA], ci[c, K.CI_PB], ci[c, K.CI_PC2] = op == K.OP_ST, ha, la
@@ -338,6 +358,7 @@ def run_core(  # noqa: C901 - one flat dispatch loop, kept for speed
                 la = xaddr(R, ins, i, 1, 1, eb)
                 if la < 0 or la + m > LN:
                     return _fail(ci, gi, c, pc, K.E_CHECK_LOCAL, la, m, LN)
+                _mark(ci, c, la, la + m, LN)
                 if not 0 <= other < nc or other == c:
                     code = K.E_SEND_TARGET if op == K.OP_SEND else K.E_RECV_TARGET
                     return _fail(ci, gi, c, pc, code, other)

@@ -46,7 +46,12 @@ CI_LROW, CI_GBASE, CI_GN, CI_FIRST_SETBW, CI_ALT_BASE, CI_FRESH = range(8, 14)
 CI_PA, CI_PB, CI_PC2, CI_PD, CI_PE, CI_PF, CI_PG = range(14, 21)
 # timing pass: where the core's rendezvous go in the send / recv logs, and how many it has had
 CI_SBASE, CI_RBASE, CI_NSENT, CI_NRECV = range(21, 25)
-N_CI = 25
+# the local memory the core's instructions were checked for, as two marks around its middle:
+# every checked range's part below the middle ends at most at CI_LLO, its part above starts at
+# CI_LHI or later (codegen allocates from both ends); no value is ever written outside
+# [0, CI_LLO) and [CI_LHI, size) (raptor.sim.compiled re-zeroes them to reuse the memory)
+CI_LLO, CI_LHI = 25, 26
+N_CI = 27
 
 # per-core floats (cf[core, ...]): fetch/end times, pending start, stats, segment accumulators
 CF_TF, CF_TE, CF_PS = range(3)
