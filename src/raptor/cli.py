@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from raptor.errors import RaptorError
-from raptor.options import ROW_SEGMENTS, CompileOptions
+from raptor.options import ROW_GROUP_TILES_LATENCY, ROW_SEGMENTS, CompileOptions
 
 
 def _cmd_arch_show(args: argparse.Namespace) -> int:
@@ -81,6 +81,7 @@ def compile_options(args: argparse.Namespace) -> CompileOptions:
         disable_pixel_chunks=args.pim_disable_pixel_chunks,
         disable_window_packing=args.pim_disable_window_packing,
         row_segments=args.pim_row_segments,
+        row_group_tiles=args.pim_row_group_tiles,
         compiler=args.compiler,
         replication=args.replication,
     )
@@ -368,6 +369,17 @@ def build_parser() -> argparse.ArgumentParser:
         "of at least two pixels, so that consumers start before a row is finished; more "
         "segments overlap layers more for more instructions and compile time "
         f"(default: {ROW_SEGMENTS})",
+    )
+    cp.add_argument(
+        "--pim-row-group-tiles",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Raptor: put at most N row tiles (crossbar rows) of a weight layer in one row "
+        "group, the part of a replica one core computes (partial sums add up over the NoC); "
+        "0: as many as fit one core. Smaller groups spread a layer's MVMs over more cores for "
+        f"the same crossbars (default: {ROW_GROUP_TILES_LATENCY} in a planned latency compile, "
+        "else 0)",
     )
     cp.add_argument(
         "--print-passes",

@@ -10,6 +10,15 @@ from dataclasses import dataclass
 # throughput) for 3-4 % more instructions; 16 and 32 gain another 1-2 % but double compile time.
 ROW_SEGMENTS = 8
 
+# Row tiles per row group of a GEMM layer in a planned latency compile (spatial/tiling.py,
+# `raptor compile --pim-row-group-tiles`; 0: as many as fit one core, the throughput default).
+# A replica's row groups run on different cores, so smaller groups spread a layer's mvmuls over
+# more cores for the same crossbars. Measured on the 8 default latency cases (raptor-only suite,
+# geometric mean of latency against as many as fit): 2 tiles 0.953, 3 tiles 0.856 (resnet34
+# arch-a 40.3 -> 27.9 ms), 4 tiles 0.890, 5 tiles 0.892; in throughput pipeline 4, 3 tiles cut
+# throughput by 16 % (more nodes a core serialises per input), so throughput keeps 0.
+ROW_GROUP_TILES_LATENCY = 3
+
 
 @dataclass(frozen=True)
 class CompileOptions:
@@ -26,6 +35,9 @@ class CompileOptions:
     disable_pixel_chunks: bool = False  # Raptor: one contiguous pixel range per replica
     disable_window_packing: bool = False  # Raptor: pack cores by total load only (no repacking)
     row_segments: int = ROW_SEGMENTS  # Raptor: NoC row segments per output row
+    # Raptor: row tiles per row group (0: as many as fit one core); None: ROW_GROUP_TILES_LATENCY
+    # for a planned latency compile by Raptor, else 0
+    row_group_tiles: int | None = None
     compiler: str = "raptor"
     replication: str = "balance"  # pimcomp only: balance | W0H0 | uniform
 
@@ -40,6 +52,14 @@ class CompileOptions:
             raise RaptorError("latency mode is pipeline 1; use --mode throughput for --pipeline N")
         if self.row_segments < 1:
             raise RaptorError(f"row segments must be >= 1, got {self.row_segments}")
+        if self.row_group_tiles is None:
+            planned = self.compiler == "raptor" and not self.disable_spatial_planning
+            tiles = ROW_GROUP_TILES_LATENCY if self.mode == "latency" and planned else 0
+            object.__setattr__(self, "row_group_tiles", tiles)
+        if self.row_group_tiles < 0:
+            raise RaptorError(
+                f"row group tiles must be >= 0 (0: as many as fit one core), got {self.row_group_tiles}"
+            )
         if self.compiler not in ("raptor", "pimcomp"):
             raise RaptorError(f"unknown compiler {self.compiler!r} (raptor or pimcomp)")
         if self.replication not in ("balance", "W0H0", "uniform"):

@@ -47,10 +47,14 @@ def test_noc_dataflow_values_and_traffic(mode, pipeline):
     compile without the NoC dataflow."""
     arch = load_arch("arch-a")
     model = build_model("vgg8", input_size=16)
-    opts = CompileOptions(mode=mode, pipeline=pipeline)
+    # row groups as large as fit a core in both: the host-memory compile then sends few partial
+    # sums, and the sends below count activations (test_row_group_tiles_* covers smaller groups)
+    opts = CompileOptions(mode=mode, pipeline=pipeline, row_group_tiles=0)
     res, rep, err = _values(model, arch, opts, 16)
     assert err <= 1e-3
-    host = CompileOptions(mode=mode, pipeline=pipeline, disable_noc_dataflow=True)
+    host = CompileOptions(
+        mode=mode, pipeline=pipeline, disable_noc_dataflow=True, row_group_tiles=0
+    )
     res_h, rep_h, err_h = _values(model, arch, host, 16)
     assert err_h <= 1e-3
     noc = res.report["noc_dataflow"]
@@ -91,11 +95,16 @@ def test_latency_without_synchronization_when_every_edge_is_on_the_noc(name, hw)
     computes what onnxruntime computes (the ablation's no-sync latency rows)."""
     arch = load_arch("arch-a")
     model = build_model(name, input_size=hw)
-    opts = CompileOptions(disable_synchronization=True)
+    # row groups as large as fit a core: with the latency default of 3 tiles, more nodes share
+    # cores and vgg8 keeps pool5's pixels for the conv6 node on the pool's own core in host
+    # memory (a mixed node: written and read by one core, in program order)
+    opts = CompileOptions(disable_synchronization=True, row_group_tiles=0)
     res, _, err = _values(model, arch, opts, hw)
     assert err <= 1e-3
     assert res.report["noc_dataflow"]["host_activation_buffers"] == []
     assert res.report["noc_dataflow"]["demoted_units"] == {}
+    _, _, err = _values(model, arch, CompileOptions(disable_synchronization=True), hw)
+    assert err <= 1e-3
 
 
 def test_fc_after_flatten_stays_in_host_memory():
@@ -116,8 +125,10 @@ def test_pixel_chunks_cut_latency_with_the_same_crossbars():
     the values still match onnxruntime and the simulated latency drops by more than 20 %."""
     arch = load_arch("arch-a")
     model = build_model("vgg8", input_size=32)
-    res, rep, err = _values(model, arch, CompileOptions(), 32)
-    off = CompileOptions(disable_pixel_chunks=True, disable_window_packing=True)
+    # row groups as large as fit a core (the figures above); with 3-tile groups the contiguous
+    # plan takes 23 % longer than the chunked one
+    res, rep, err = _values(model, arch, CompileOptions(row_group_tiles=0), 32)
+    off = CompileOptions(disable_pixel_chunks=True, disable_window_packing=True, row_group_tiles=0)
     res_c, rep_c, err_c = _values(model, arch, off, 32)
     assert err <= 1e-3 and err_c <= 1e-3
     est = res.report["plan_estimates_ns"]
@@ -246,8 +257,10 @@ def test_row_segments_option_trades_instructions_for_overlap(tmp_path, capsys):
 
     arch = load_arch("arch-a")
     model = build_model("vgg8", input_size=32)
-    res1, rep1, err1 = _values(model, arch, CompileOptions(row_segments=1), 32)
-    res8, rep8, err8 = _values(model, arch, CompileOptions(), 32)
+    # row groups as large as fit a core, so that few sends are partial sums (whose count does
+    # not depend on segments)
+    res1, rep1, err1 = _values(model, arch, CompileOptions(row_segments=1, row_group_tiles=0), 32)
+    res8, rep8, err8 = _values(model, arch, CompileOptions(row_group_tiles=0), 32)
     assert ROW_SEGMENTS == 8 and err1 <= 1e-3 and err8 <= 1e-3
     assert _ops(res8.program, Opcode.SEND) > 1.5 * _ops(res1.program, Opcode.SEND)
     assert rep8.noc_bytes_per_inference == rep1.noc_bytes_per_inference
@@ -270,4 +283,40 @@ def test_row_segments_option_trades_instructions_for_overlap(tmp_path, capsys):
     _, err = capsys.readouterr()
     assert rc == EXIT_USER_ERROR
     assert err == "raptor: error: row segments must be >= 1, got 0\n"
+    assert not (tmp_path / "o").exists()
+
+
+def test_row_group_tiles_spread_layers_over_more_cores(tmp_path, capsys):
+    """`--pim-row-group-tiles N`: at most N row tiles (crossbar rows) per row group. vgg8 at 32x32
+    on arch-a: a planned latency compile defaults to 3 (recorded in the report) and computes
+    onnxruntime's values with fewer mvmuls on its busiest core and in less time than the same
+    compile with groups as large as fit one core (0; test_tiling checks the groups); throughput and
+    unplanned compiles keep 0, and a negative count is a one-line user error."""
+    from raptor.cli import EXIT_USER_ERROR, main
+    from raptor.options import ROW_GROUP_TILES_LATENCY
+
+    arch = load_arch("arch-a")
+    model = build_model("vgg8", input_size=32)
+    res3, rep3, err3 = _values(model, arch, CompileOptions(), 32)
+    res0, rep0, err0 = _values(model, arch, CompileOptions(row_group_tiles=0), 32)
+    assert ROW_GROUP_TILES_LATENCY == 3 and err3 <= 1e-3 and err0 <= 1e-3
+    assert res3.report["options"]["row_group_tiles"] == 3
+    assert res0.report["options"]["row_group_tiles"] == 0
+    issue = [r.report["machine_bound_program"]["core_issue_ns"] for r in (res3, res0)]
+    assert issue[0] < issue[1]  # the busiest core issues fewer mvmuls
+    assert rep3.latency_ns < rep0.latency_ns
+    assert CompileOptions(mode="throughput", pipeline=4).row_group_tiles == 0
+    assert CompileOptions(disable_spatial_planning=True).row_group_tiles == 0
+    assert CompileOptions(compiler="pimcomp").row_group_tiles == 0
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    out = str(tmp_path / "o")
+    rc = main(
+        ["compile", str(path), "--arch", "arch-a", "--pim-row-group-tiles", "-1", "--out", out]
+    )
+    _, err = capsys.readouterr()
+    assert rc == EXIT_USER_ERROR
+    assert err == (
+        "raptor: error: row group tiles must be >= 0 (0: as many as fit one core), got -1\n"
+    )
     assert not (tmp_path / "o").exists()

@@ -12,7 +12,7 @@ from raptor.arch import load_arch
 from raptor.errors import PassFailedError
 from raptor.frontend import load_graph
 from raptor.spatial.build import build_spatial
-from raptor.spatial.tiling import TilingPass, gemm_slices, split_range
+from raptor.spatial.tiling import TilingPass, gemm_slices, row_groups, split_range
 
 
 def test_conv3x3_64_on_arch_a_is_one_slice_of_5_tiles():
@@ -41,6 +41,32 @@ def test_fc_8192_on_arch_a_and_arch_c_row_groups():
     groups, slices = gemm_slices(c, 8192, 1024)
     # 512-row crossbars of 128 weight columns: a 512 x 1024 tile is 8 crossbars = one core
     assert groups == 16 and all(s.crossbars == 8 and s.c1 == 1024 for s in slices)
+
+
+def test_row_group_tiles_caps_the_tiles_of_a_group():
+    """`group_tiles` (CompileOptions.row_group_tiles): at most that many row tiles per row group,
+    never more than fit one core; the slices of the given groups cover every row once with the
+    same crossbars."""
+    arch = load_arch("arch-a")
+    # 3x3x256 -> 256: 18 tiles of 16 crossbars, 6 fit a core
+    assert row_groups(arch, 2304, 256) == 3
+    assert [row_groups(arch, 2304, 256, t) for t in (0, 1, 3, 4, 6, 10)] == [3, 18, 6, 5, 3, 3]
+    assert row_groups(arch, 576, 64, 3) == 2  # 5 tiles -> 3 + 2
+    base = gemm_slices(arch, 2304, 256)[1]
+    for groups in (3, 6, 18):
+        n, slices = gemm_slices(arch, 2304, 256, groups)
+        assert n == groups == len(slices)
+        assert [(s.r0, s.r1) for s in slices][0][0] == 0 and slices[-1].r1 == 2304
+        assert all(a.r1 == b.r0 for a, b in zip(slices, slices[1:]))
+        assert max(s.r1 - s.r0 for s in slices) <= 128 * 18 // groups
+        assert sum(s.crossbars for s in slices) == sum(s.crossbars for s in base)
+    assert gemm_slices(arch, 2304, 256, 1)[0] == 3  # fewer groups than fit: the core limit wins
+    sg = TilingPass(group_tiles=3).apply(
+        arch, build_spatial(load_graph(toy_convnet()), arch.element_bytes)
+    )
+    for ly in sg.layers:
+        if ly.rows:
+            assert ly.row_groups == row_groups(arch, ly.rows, ly.cols, 3)
 
 
 def test_reduce_links_binomial_tree():

@@ -43,15 +43,32 @@ def row_tiles(arch: Arch, r0: int, r1: int) -> list[tuple[int, int]]:
     return [(a, min(a + rows, r1)) for a in range(r0, r1, rows)]
 
 
-def gemm_slices(arch: Arch, rows: int, cols: int) -> tuple[int, list[Slice]]:
-    """(row groups, slices) of a rows x cols weight matrix: full-width array groups, row groups
-    of as many row tiles as fit one core (module docstring)."""
+def row_groups(arch: Arch, rows: int, cols: int, group_tiles: int = 0) -> int:
+    """Row groups of a rows x cols weight matrix: groups of as many row tiles as fit one core,
+    and at most `group_tiles` tiles when it is not 0 (module docstring)."""
+    tiles = math.ceil(rows / arch.matrix.rows)
+    fit = max(1, arch.crossbars_per_core // _slice_width(arch, rows, cols)[1])
+    return math.ceil(tiles / (min(fit, group_tiles) if group_tiles else fit))
+
+
+def _slice_width(arch: Arch, rows: int, cols: int) -> tuple[int, int]:
+    """(columns of a slice, crossbars of one row tile of it)."""
     xr, wpc, cpc = arch.matrix.rows, arch.weights_per_crossbar_row, arch.crossbars_per_core
-    tiles = math.ceil(rows / xr)
     n_slices = math.ceil(arch.crossbars_for(min(rows, xr), cols) / cpc)
     width = min(cols, math.ceil(math.ceil(cols / n_slices) / wpc) * wpc)
-    per_tile = arch.crossbars_for(min(rows, xr), width)
-    groups = math.ceil(tiles / max(1, cpc // per_tile))
+    return width, arch.crossbars_for(min(rows, xr), width)
+
+
+def gemm_slices(
+    arch: Arch, rows: int, cols: int, groups: int | None = None
+) -> tuple[int, list[Slice]]:
+    """(row groups, slices) of a rows x cols weight matrix: full-width array groups, `groups` row
+    groups (a layer's `row_groups`, set by the tiling pass), by default as many row tiles as fit
+    one core in each (module docstring)."""
+    xr = arch.matrix.rows
+    tiles = math.ceil(rows / xr)
+    width, _ = _slice_width(arch, rows, cols)
+    groups = min(tiles, max(groups or 1, row_groups(arch, rows, cols)))
     bounds = [round(tiles * g / groups) for g in range(groups + 1)]  # balanced tiles per group
     out = []
     for g in range(groups):
@@ -92,7 +109,7 @@ def make_nodes(
     for layer in sg.layers:
         i = layer.index
         if layer.kind == LayerKind.GEMM:
-            _, slices = gemm_slices(arch, layer.rows, layer.cols)
+            _, slices = gemm_slices(arch, layer.rows, layer.cols, layer.row_groups)
             reps = max(1, min(replicas.get(i, 1), layer.out_pixels))
             ranges = split_range(layer.out_pixels, reps * chunks.get(i, 1))
             for j, (p0, p1) in enumerate(ranges):
@@ -123,7 +140,7 @@ def make_nodes(
 
 def crossbars_needed(sg: SpatialGraph, arch: Arch) -> int:
     return sum(
-        sum(s.crossbars for s in gemm_slices(arch, ly.rows, ly.cols)[1])
+        sum(s.crossbars for s in gemm_slices(arch, ly.rows, ly.cols, ly.row_groups)[1])
         for ly in sg.layers
         if ly.kind == LayerKind.GEMM
     )
@@ -132,9 +149,10 @@ def crossbars_needed(sg: SpatialGraph, arch: Arch) -> int:
 @dataclass(frozen=True)
 class TilingPass:
     """Tile every GEMM layer onto crossbars (one replica); records row groups (NoC reduction
-    trees) and adds the reciprocal-count constants of average pools. Fails if the model needs
-    more crossbars than the chip."""
+    trees; at most `group_tiles` row tiles each unless 0) and adds the reciprocal-count constants
+    of average pools. Fails if the model needs more crossbars than the chip."""
 
+    group_tiles: int = 0  # raptor.options.CompileOptions.row_group_tiles
     name: ClassVar[str] = "conv-to-gemm-tiling"
 
     def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
@@ -142,7 +160,7 @@ class TilingPass:
         layers, buffers, consts = list(sg.layers), dict(sg.buffers), dict(sg.const_values)
         for i, layer in enumerate(layers):
             if layer.kind == LayerKind.GEMM:
-                groups, _ = gemm_slices(arch, layer.rows, layer.cols)
+                groups = row_groups(arch, layer.rows, layer.cols, self.group_tiles)
                 if groups > 1:
                     layers[i] = replace(layer, row_groups=groups)
             elif layer.kind == LayerKind.AVGPOOL:
