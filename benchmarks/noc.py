@@ -138,7 +138,7 @@ def _chart(rows: list[dict[str, str]], path: Path, flows: list[str]) -> None:
     ax1.set_xticks(x, labels)
     ax1.set_ylabel("latency (ms)")
     ax1.set_title("Raptor latency by dataflow:\n" + ", ".join(flows))
-    ax1.legend()
+    ax1.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.15))
     ax2.set_xticks(x, labels)
     ax2.set_ylabel("% of latency (mean over used cores)")
     ax2.set_title("per-core breakdown, bars left to right (lighter: earlier)\n" + ", ".join(flows))
