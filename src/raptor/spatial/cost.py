@@ -113,6 +113,20 @@ def node_ns(arch: Arch, layer: Layer, node: ComputeNode) -> float:
     return lane_ns(arch, layer, node) * node.lanes
 
 
+def lane_table(arch: Arch, layers: list[Layer], nodes: list[ComputeNode]) -> list[float]:
+    """`lane_ns` of every node of one graph (`layers` its layers), computed once per layer and
+    node geometry (kind, rows, columns, row group: all lane_ns reads of a node)."""
+    memo: dict[tuple, float] = {}
+    out = []
+    for n in nodes:
+        key = (n.layer, n.kind, n.r0, n.r1, n.c0, n.c1, n.row_group)
+        t = memo.get(key)
+        if t is None:
+            t = memo[key] = lane_ns(arch, layers[n.layer], n)
+        out.append(t)
+    return out
+
+
 def lane_bus_ns(arch: Arch, layer: Layer, node: ComputeNode) -> float:
     """Global-memory occupancy of one lane: the shared host memory serialises every ld/st, so
     this bounds how fast all replicas of a layer together can go."""

@@ -194,14 +194,14 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[C
     that sequence, so the sequence is a global order all programs respect, and the programs
     cannot deadlock (module docstring); following estimated times keeps a core's recvs in the
     order its producers deliver. Raises OrderStuck when the execution stops early."""
-    from raptor.spatial.cost import lane_ns
+    from raptor.spatial.cost import lane_table
 
     plan: NocPlan = sg.noc
     plan.timeline = {}  # this execution's layer windows only
     by_core = sg.nodes_by_core()
     cores = sorted(by_core)
     steps = {n.id: node_steps(sg, n) for ns in by_core.values() for n in ns}
-    lane = {n.id: lane_ns(arch, sg.layers[n.layer], n) for n in sg.nodes}
+    lane = dict(zip((n.id for n in sg.nodes), lane_table(arch, sg.layers, sg.nodes)))
     # slots of the persistent rows a node receives (input 0: window rows, 1: residual rows): the
     # rows each step reads, the previous row in the same slot, the last step using a row
     need: dict[int, list[list[tuple[int, int, int]]]] = {}  # node -> step -> (input, row, mask)

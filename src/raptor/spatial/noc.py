@@ -117,6 +117,11 @@ class NocPlan:
     # None where their pixel ranges overlap
     producer_ends: dict[int, list[int] | None] = field(default_factory=dict)
     rows: dict[int, tuple[list[int], int, int]] = field(default_factory=dict)  # input_rows
+    # (fed node id, source index) -> the producers on other cores it reads a pixel of (indices
+    # into producers[source layer]): geometry alone, so kept while demotions re-derive the plan
+    readers: dict[tuple[int, int], list[int]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     # producer node id -> (fed consumer node, index of the source in its layer's sources)
     targets: dict[int, list[tuple[ComputeNode, int]]] = field(default_factory=dict)
     senders: set[Unit] = field(default_factory=set)  # units of producers with targets
@@ -427,12 +432,17 @@ def _targets(sg: SpatialGraph, plan: NocPlan) -> None:
             if src.input not in ks:
                 continue
             prods = plan.producers[src.layer]
-            if src.layer not in spans:
-                spans[src.layer] = tuple(
-                    np.array([getattr(n, f) for n in prods], np.int64) for f in ("p0", "p1", "core")
-                )
-            p0, p1, core = spans[src.layer]
-            for j in np.flatnonzero(_reads_any(plan, m, src, p0, p1) & (core != m.core)):
+            js = plan.readers.get((m.id, si))
+            if js is None:
+                if src.layer not in spans:
+                    spans[src.layer] = tuple(
+                        np.array([getattr(n, f) for n in prods], np.int64)
+                        for f in ("p0", "p1", "core")
+                    )
+                p0, p1, core = spans[src.layer]
+                reads = _reads_any(plan, m, src, p0, p1) & (core != m.core)
+                js = plan.readers[m.id, si] = np.flatnonzero(reads).tolist()
+            for j in js:
                 plan.targets.setdefault(prods[j].id, []).append((m, si))
     plan.senders = {
         unit_of(n) for ns in plan.producers.values() for n in ns if n.id in plan.targets

@@ -28,7 +28,7 @@ import numpy as np
 from raptor.arch import Arch
 from raptor.arch.timing import memory_latency_ns
 from raptor.errors import PassFailedError
-from raptor.spatial.cost import lane_bus_ns, lane_ns, node_ns
+from raptor.spatial.cost import lane_bus_ns, lane_ns, lane_table, node_ns
 from raptor.spatial.ir import ComputeNode, LayerKind, NodeKind, SpatialGraph
 from raptor.spatial.merging import pack_balanced, pack_plain
 from raptor.spatial.noc import noc_edges
@@ -204,7 +204,8 @@ class SpatialPlanningPass:
             reps, splits = choose_replication(arch, sg, scale, self.latency, self.noc)
             chunks = choose_chunks(sg, reps, fed) if fed is not None else {}
             nodes = make_nodes(sg, arch, reps, splits, chunks)
-            times = np.array([node_ns(arch, sg.layers[n.layer], n) for n in nodes])
+            lanes = np.array(lane_table(arch, sg.layers, nodes))
+            times = lanes * np.array([n.lanes for n in nodes], np.float64)
             try:
                 placed, _ = pack_balanced(arch, nodes, times, span, self.windows)
             except PassFailedError as e:
