@@ -98,9 +98,8 @@ class _LocalPool:
     max_bytes = 256 << 20
 
     def __init__(self) -> None:
-        self._free: dict[
-            int, np.ndarray
-        ] = {}  # elements per core -> a zero (cores, elements) array
+        # elements per core -> a zero (cores, elements) array
+        self._free: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
 
     def take(self, shape: tuple[int, int]) -> np.ndarray:
