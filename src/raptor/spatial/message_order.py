@@ -328,13 +328,22 @@ def _span(mask: int) -> list[tuple[int, int]]:
     return _runs(mask)
 
 
+class _Spans(dict):
+    """`_span` of every mask asked for, each computed once (one table's masks repeat row after
+    row); 0 has no runs."""
+
+    def __missing__(self, mask: int) -> tuple[tuple[int, int], ...]:
+        runs = self[mask] = tuple(_span(mask)) if mask else ()
+        return runs
+
+
 def _tables(
     arch: Arch, sg: SpatialGraph, by_core, steps, lane, need_cols, have, want, prev_in_slot,
     last_use, trees,
 ):  # fmt: skip
     """The flat tables of message_order_kernel for one order, the message templates (producer,
     fed node, row, x0, x1, source index, source) and the nodes and cores the indices stand for."""
-    from raptor.arch.timing import flits, link_latency_ns
+    from raptor.arch.timing import flits, link_costs
 
     plan: NocPlan = sg.noc
     nodes = list(sg.nodes)
@@ -366,7 +375,8 @@ def _tables(
     wait_rows, sync_rows, need_rows, tpl_rows = _Csr(2), _Csr(2), _Csr(3), _Csr(8)
     templates: list[tuple] = []
     n_sptr, n_rowoff, n_row0, n_nrows = [0], [0], [], []
-    lat: dict[tuple[int, int], float] = {}
+    lat: set[tuple[int, int]] = set()  # core pairs a message links
+    spans = _Spans()
     eb = plan.element_bytes
     tokened = {*sg.tokens_before, *sg.tokens_after}
     tokened |= {nid for nid, _ in (*sg.band_before, *sg.band_after)}
@@ -394,9 +404,7 @@ def _tables(
             sync_rows.empty(len(st))
         if per_step:
             for cols_of_step in per_step:
-                need_rows.row(
-                    (keys[key], a, b) for key, m in cols_of_step if m for a, b in _span(m)
-                )
+                need_rows.row([(keys[key], a, b) for key, m in cols_of_step for a, b in spans[m]])
         else:
             need_rows.empty(len(st))
         if not targets:
@@ -406,30 +414,37 @@ def _tables(
         per_target = []  # what a message to each target needs that no step changes
         for m, si in targets:
             src = plan.sources[m.layer][si]
-            pair = (n.core, m.core)
-            if pair not in lat:
-                lat[pair] = link_latency_ns(arch, *pair)
+            lat.add((n.core, m.core))
             cc = sg.layers[m.layer].inputs[src.input].channels
             per_target.append((m, m.id, si, src, src.input, cix[m.core], pos[m.id], cc, {}))
+        w = plan.width[n.layer]
+        oy = None
         for s in st:
+            if s.oy != oy:  # what a message of this row to each target needs
+                oy = s.oy
+                row = off + oy - row0
+                per_row = []
+                for m, mid, si, src, x, dc, at, cc, dur in per_target:
+                    cr, shift = plan.consumer_row(src, oy)
+                    p = prev_in_slot.get((mid, x, cr), -1)
+                    lu = last_use[mid, x, p] if p >= 0 else -1
+                    key = keys.get((mid, cr, si))
+                    if key is None:
+                        key = keys[mid, cr, si] = len(bits)
+                        bits.append(0)
+                    per_row.append(
+                        (m, si, src, dc, at, cc, dur, lu, key, shift, want.get((mid, x, cr), 0))
+                    )
             made = []
-            seg = _step_mask(s, plan.width[n.layer])
-            for m, mid, si, src, x, dc, at, cc, dur in per_target:
-                cr, shift = plan.consumer_row(src, s.oy)
-                p = prev_in_slot.get((mid, x, cr), -1)
-                lu = last_use[mid, x, p] if p >= 0 else -1
-                key = keys.get((mid, cr, si))
-                if key is None:
-                    key = keys[mid, cr, si] = len(bits)
-                    bits.append(0)
-                cols = (seg << shift) & want.get((mid, x, cr), 0)
-                for a, b in _span(cols) if cols else ():
+            seg = (1 << (s.pb - oy * w)) - (1 << (s.pa - oy * w))  # _step_mask
+            for m, si, src, dc, at, cc, dur, lu, key, shift, wanted in per_row:
+                for a, b in spans[(seg << shift) & wanted]:
                     d = dur.get(b - a)  # flits of a message b - a pixels wide
                     if d is None:
                         count, size = _message_shape(src, cp, cc, eb, b - a)
                         d = dur[b - a] = flits(arch, size) + count - 1
-                    made.append((dc, at, lu, key, a, b, off + s.oy - row0, d))
-                    templates.append((n, m, s.oy, a - shift, b - shift, si, src))
+                    made.append((dc, at, lu, key, a, b, row, d))
+                    templates.append((n, m, oy, a - shift, b - shift, si, src))
             tpl_rows.row(made)
     words = top // 64 + 2
     have0 = np.zeros((max(1, len(bits)), words), np.uint64)
@@ -461,8 +476,9 @@ def _tables(
     for c, e in starts:
         ev0[c, e] += 1
     latm = np.zeros((len(cores), len(cores)), np.float64)
-    for (p, d), v in lat.items():
-        latm[cix[p], cix[d]] = v
+    if lat:
+        ps, ds = np.array(sorted(lat), np.int64).T
+        latm[[cix[p] for p in ps], [cix[d] for d in ds]] = link_costs(arch, ps, ds)[0]
     wp, wev, wcnt = wait_rows.arrays()
     yp, ycore, yev = sync_rows.arrays()
     np_, nkey, na, nb = need_rows.arrays()
