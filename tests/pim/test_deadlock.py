@@ -75,3 +75,82 @@ def test_restarting_rounds_can_deadlock_where_one_round_does_not():
     assert not check_programs([a, b], rounds=1).ok  # the second wait never gets its sync
     a2 = concat([send(1), sync(1, 0), sync(1, 0)])
     assert check_programs([a2, b], rounds=2).ok
+
+
+def test_wait_for_nothing_passes_and_sync_to_a_missing_core_blocks():
+    assert check_programs([concat([wait(4, 0), send(1)]), recv(0)]).ok
+    rep = check_programs([sync(5, 1), wait(1, 1)])
+    assert [(b.core, b.op, b.other) for b in rep.blocked] == [(0, "?", 1), (1, "wait", 1)]
+
+
+def _reference(cores: list[np.ndarray], rounds: int) -> tuple[list, list]:
+    """The untimed execution written plainly: repeat 'any core that can move, moves' until none
+    can; (blocked (core, op, other, round), mismatched pairs)."""
+    ops = []
+    for s in cores:
+        keep = np.isin(s["opcode"], [Opcode.SEND, Opcode.RECV, Opcode.SYNC, Opcode.WAIT])
+        ops.append([tuple(int(v) for v in r) for r in s[keep][["opcode", "r2_or_imm", "generic1",
+                    "generic2", "generic3"]].tolist()])  # fmt: skip
+    n, pos, regs, mism = len(cores), [0] * len(cores), {}, set()
+
+    def head(c):
+        return ops[c][pos[c] % len(ops[c])] if pos[c] < len(ops[c]) * rounds else None
+
+    moved = True
+    while moved:
+        moved = False
+        for c in range(n):
+            h = head(c)
+            if h is None:
+                continue
+            op, imm, g1, g2, g3 = h
+            if op == Opcode.SYNC and 0 <= imm < n:
+                regs[imm, g1] = regs.get((imm, g1), 0) + 1
+                pos[c] += 1
+                moved = True
+            elif op == Opcode.WAIT and regs.get((c, g1), 0) >= g2:
+                regs[c, g1] = regs.get((c, g1), 0) - g2
+                pos[c] += 1
+                moved = True
+            elif op == Opcode.SEND and 0 <= imm < n:
+                p = head(imm)
+                if p is not None and p[0] == Opcode.RECV and p[1] == c:
+                    if p[4] != g3:
+                        mism.add((c, imm))
+                    pos[c] += 1
+                    pos[imm] += 1
+                    moved = True
+    names = {Opcode.SEND: "send to", Opcode.RECV: "recv from", Opcode.WAIT: "wait"}
+    blocked = []
+    for c in range(n):
+        h = head(c)
+        if h is not None:
+            other = h[1] if h[0] in (Opcode.SEND, Opcode.RECV) else h[2]
+            blocked.append((c, names.get(h[0], "?"), other, pos[c] // max(1, len(ops[c]))))
+    return blocked, sorted(mism)
+
+
+def test_matches_a_plain_execution_on_random_programs():
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        n = int(rng.integers(1, 5))
+        cores = []
+        for _ in range(n):
+            ins = [make(Opcode.SADD, rd=1, r1=2, r2_or_imm=3)]
+            for _ in range(int(rng.integers(0, 8))):
+                k, peer = rng.random(), int(rng.integers(0, n))
+                size = int(rng.choice([32, 64, 64]))
+                ev = int(rng.choice([0, 3, 7]))
+                if k < 0.35:
+                    ins.append(send(peer, size))
+                elif k < 0.7:
+                    ins.append(recv(peer, size))
+                elif k < 0.85:
+                    ins.append(sync(peer, ev))
+                else:
+                    ins.append(wait(ev, int(rng.integers(0, 3))))
+            cores.append(concat(ins))
+        for rounds in (1, 2, 3):
+            rep = check_programs(cores, rounds)
+            got = [(b.core, b.op, b.other, b.round) for b in rep.blocked], rep.size_mismatch
+            assert got == _reference(cores, rounds)

@@ -13,10 +13,10 @@ recv expects another size (pimsim-nn would pair them and move the wrong bytes).
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from raptor.isa.opcodes import Opcode
 
@@ -68,61 +68,96 @@ def _ops(stream: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return op, other, value
 
 
-def check_programs(cores: list[np.ndarray], rounds: int = 1) -> DeadlockReport:
-    """Run the untimed execution of `cores` (one stream per core) over `rounds` rounds."""
-    n = len(cores)
-    ops = [_ops(s) for s in cores]
-    length = [len(o[0]) for o in ops]
-    ops_l = [(o.tolist(), t.tolist(), v.tolist()) for o, t, v in ops]
-    pos = [0] * n
-    total = [length[c] * rounds for c in range(n)]
-    ev: list[dict[int, int]] = [{} for _ in range(n)]
-    mismatch: set[tuple[int, int]] = set()
-    queue = deque(c for c in range(n) if total[c])
-
-    def head(c: int) -> tuple[int, int, int] | None:
-        if pos[c] >= total[c]:
-            return None
-        i = pos[c] % length[c]
-        o, t, v = ops_l[c]
-        return o[i], t[i], v[i]
-
-    while queue:
-        c = queue.popleft()
-        while True:
-            h = head(c)
-            if h is None:
-                break
-            op, other, val = h
-            if op == _SYNC:
-                reg = ev[val]
-                reg[other] = reg.get(other, 0) + 1
+@njit(cache=True, nogil=True)
+def _execute(ptr, op, other, value, rounds, n_regs):  # pragma: no cover - compiled
+    """The untimed execution over the flat operations of every core (core c's are
+    [ptr[c], ptr[c + 1])): returns each core's position (operations done) and the (sender,
+    receiver) pairs that met with different sizes (possibly repeated)."""
+    n = ptr.size - 1
+    length = ptr[1:] - ptr[:-1]
+    total = length * rounds
+    pos = np.zeros(n, np.int64)
+    ev = np.zeros((n, max(1, n_regs)), np.int64)
+    queued = np.zeros(n, np.bool_)
+    ring = np.empty(n + 1, np.int64)  # cores to look at, each at most once in the ring
+    head = 0
+    tail = 0
+    for c in range(n):
+        if total[c] > 0:
+            ring[tail] = c
+            tail += 1
+            queued[c] = True
+    mism = np.empty((0, 2), np.int64)
+    mlist = []
+    while head != tail:
+        c = ring[head]
+        head = (head + 1) % (n + 1)
+        queued[c] = False
+        while pos[c] < total[c]:
+            i = ptr[c] + pos[c] % length[c]
+            o = op[i]
+            x = other[i]
+            v = value[i]
+            if o == _SYNC:
+                if not 0 <= v < n:
+                    break
+                ev[v, x] += 1
                 pos[c] += 1
-                queue.append(val)
+                if not queued[v]:
+                    queued[v] = True
+                    ring[tail] = v
+                    tail = (tail + 1) % (n + 1)
                 continue
-            if op == _WAIT:
-                reg = ev[c]
-                if reg.get(other, 0) >= val:
-                    reg[other] -= val
+            if o == _WAIT:
+                if ev[c, x] >= v:
+                    ev[c, x] -= v
                     pos[c] += 1
                     continue
                 break
-            # send (other = receiver) or recv (other = sender): meet the peer's head
-            if not 0 <= other < n:
+            # send (x = receiver) or recv (x = sender): meet the peer's head
+            if not 0 <= x < n or pos[x] >= total[x]:
                 break
-            ph = head(other)
-            want = _RECV if op == _SEND else _SEND
-            if ph is None or ph[0] != want or ph[1] != c:
+            j = ptr[x] + pos[x] % length[x]
+            if op[j] != (_RECV if o == _SEND else _SEND) or other[j] != c:
                 break
-            if ph[2] != val:
-                mismatch.add((c, other) if op == _SEND else (other, c))
+            if value[j] != v:
+                mlist.append((c, x) if o == _SEND else (x, c))
             pos[c] += 1
-            pos[other] += 1
-            queue.append(other)
+            pos[x] += 1
+            if not queued[x]:
+                queued[x] = True
+                ring[tail] = x
+                tail = (tail + 1) % (n + 1)
+    if len(mlist):
+        mism = np.empty((len(mlist), 2), np.int64)
+        for k in range(len(mlist)):
+            mism[k, 0] = mlist[k][0]
+            mism[k, 1] = mlist[k][1]
+    return pos, mism
+
+
+def check_programs(cores: list[np.ndarray], rounds: int = 1) -> DeadlockReport:
+    """Run the untimed execution of `cores` (one stream per core) over `rounds` rounds."""
+    ops = [_ops(s) for s in cores]
+    length = np.array([len(o[0]) for o in ops], np.int64)
+    ptr = np.concatenate([[0], np.cumsum(length)]).astype(np.int64)
+    op, other, value = (
+        np.concatenate([o[k] for o in ops]) if ops else np.zeros(0, np.int64) for k in range(3)
+    )
+    # event registers numbered densely (a wait's and a sync's `other`)
+    ev_ops = (op == _SYNC) | (op == _WAIT)
+    regs, dense = np.unique(other[ev_ops], return_inverse=True)
+    other = other.copy()
+    other[ev_ops] = dense
+    pos, mism = _execute(ptr, op, other, value, rounds, len(regs))
     blocked = []
-    for c in range(n):
-        h = head(c)
-        if h is not None:
-            name = {_SEND: "send to", _RECV: "recv from", _WAIT: "wait"}.get(h[0], "?")
-            blocked.append(Blocked(c, name, h[1], pos[c] // max(1, length[c])))
-    return DeadlockReport(blocked, sorted(mismatch))
+    for c in range(len(cores)):
+        if pos[c] < length[c] * rounds:
+            i = ptr[c] + pos[c] % length[c]
+            o, x = int(op[i]), int(other[i])
+            if o in (_SYNC, _WAIT):
+                x = int(regs[x])
+            name = {_SEND: "send to", _RECV: "recv from", _WAIT: "wait"}.get(o, "?")
+            blocked.append(Blocked(c, name, x, int(pos[c] // max(1, length[c]))))
+    mismatch = sorted({(int(a), int(b)) for a, b in mism})
+    return DeadlockReport(blocked, mismatch)
