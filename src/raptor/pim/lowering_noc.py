@@ -103,14 +103,17 @@ def message_records(ctx: LowerCtx, node: ComputeNode, reg: int):
     slots = noc.comm if noc is not None else {}
 
     def records(k: int | None) -> list[np.ndarray]:
-        ms = slots.get((node.id, k), ()) if k is not None else ()
-        if not ms:
+        ms = slots.get((node.id, k)) if k is not None else None
+        if ms is None or not len(ms):
             return []
-        out = []  # per message: sldi reg, addr; then send/recv reg, peer, size
-        for send, peer, addr, size in ms:  # message_order.Comm
-            out.append((SLDI, reg, 0, 0, addr, 0, 0, 0))
-            out.append((SEND if send else RECV, reg, 0, 0, peer, 0, 0, size))
-        return [np.array(out, dtype=INST_DTYPE)]
+        out = np.zeros(2 * len(ms), INST_DTYPE)  # per message: sldi reg, addr; send/recv reg
+        out["rd"] = reg
+        out["opcode"][0::2] = SLDI
+        out["r2_or_imm"][0::2] = ms["addr"]
+        out["opcode"][1::2] = np.where(ms["send"], SEND, RECV)
+        out["r2_or_imm"][1::2] = ms["peer"]
+        out["generic3"][1::2] = ms["size"]
+        return [out]
 
     return records
 

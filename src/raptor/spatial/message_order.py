@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
@@ -103,14 +102,11 @@ def step_need(sg: SpatialGraph, n: ComputeNode, steps: list[Step]) -> list[list[
     return out
 
 
-class Comm(NamedTuple):
-    """A send (to `peer`) or recv (from `peer`) of `size` bytes at local address `addr` (a
-    producer's persistent output row, or a fed node's input row slot)."""
-
-    send: bool
-    peer: int
-    addr: int
-    size: int
+COMM_DTYPE = np.dtype(
+    [("send", np.bool_), ("peer", np.int64), ("addr", np.int64), ("size", np.int64)]
+)
+"""One message of a slot: a send (to `peer`) or recv (from `peer`) of `size` bytes at local
+address `addr` (a producer's persistent output row, or a fed node's input row slot)."""
 
 
 class OrderStuck(Exception):
@@ -131,10 +127,11 @@ def _message(
     r: int,
     x0: int,
     x1: int,
-) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """(address, bytes) of the sends on n's core and of the matching recvs on m's core that move
-    columns [x0, x1) of row r from producer n's output rows into fed node m's row of input
-    `src.input`: one message when whole pixels move, one per pixel for a channel slice."""
+) -> tuple[int, int, int, int, int, int]:
+    """The sends on n's core and the matching recvs on m's core that move columns [x0, x1) of
+    row r from producer n's output rows into fed node m's row of input `src.input`: (count,
+    bytes of each, first send address, send address step, first recv address, recv address
+    step); one message when whole pixels move, one per pixel for a channel slice."""
     eb = plan.element_bytes
     cp = sg.layers[n.layer].cols  # channels of a producer's output row pixel
     cc = sg.layers[m.layer].inputs[src.input].channels  # channels of a consumer's row pixel
@@ -144,14 +141,12 @@ def _message(
     pad = plan.ring_pad[m.id] if src.input == 0 else 0
     count, size = _message_shape(src, cp, cc, eb, x1 - x0)
     if src.flat:  # producer pixel p is channels [p*cp, (p+1)*cp) of the consumer's one pixel
-        return [(out + x0 * cp * eb, size)], [(ring + (pad * cc + (shift + x0) * cp) * eb, size)]
+        return 1, size, out + x0 * cp * eb, 0, ring + (pad * cc + (shift + x0) * cp) * eb, 0
     if src.channels == cp == cc:
-        return [(out + x0 * cp * eb, size)], [(ring + (x0 + pad) * cc * eb, size)]
-    xs = range(x0, x1)
-    size //= count
-    sends = [(out + (x * cp + src.c0) * eb, size) for x in xs]
-    recvs = [(ring + ((x + pad) * cc + src.dst) * eb, size) for x in xs]
-    return sends, recvs
+        return 1, size, out + x0 * cp * eb, 0, ring + (x0 + pad) * cc * eb, 0
+    send0 = out + (x0 * cp + src.c0) * eb
+    recv0 = ring + ((x0 + pad) * cc + src.dst) * eb
+    return count, size // count, send0, cp * eb, recv0, cc * eb
 
 
 def _message_shape(src: Source, cp: int, cc: int, eb: int, width: int) -> tuple[int, int]:
@@ -179,7 +174,7 @@ def _runs(mask: int) -> list[tuple[int, int]]:
     return out
 
 
-def order_messages(arch: Arch, sg: SpatialGraph) -> dict[tuple[int, int], list[Comm]]:
+def order_messages(arch: Arch, sg: SpatialGraph) -> MessageSlots:
     """Place every NoC message of `sg` (after synchronization) between the steps of its sender and
     receiver: returns the messages of each (node id, slot k), slot k lying after the node's step
     k - 1 (slot 0 after its prologue), in the order the node's core issues them.
@@ -513,32 +508,49 @@ def _tables(
 
 
 class MessageSlots(Mapping):
-    """The messages of each (node id, slot k) an order placed (order_messages), built from its
-    exchange log when first read: candidate plans are compared by their estimated end alone."""
+    """The messages of each (node id, slot k) an order placed (order_messages), a COMM_DTYPE
+    array in the order the node's core issues them, built from the order's exchange log when
+    first read: candidate plans are compared by their estimated end alone."""
 
     def __init__(self, sg, plan, templates, nodes, cores, xlog):
         # the plan's fields _message reads as they are now: a later re-layout (demotion) assigns
         # new dicts to them instead of changing these
         self._args = (sg, copy.copy(plan), templates, nodes, cores, xlog)
-        self._slots: dict[tuple[int, int], list[Comm]] | None = None
+        self._slots: dict[tuple[int, int], np.ndarray] | None = None
 
-    def _built(self) -> dict[tuple[int, int], list[Comm]]:
+    def _built(self) -> dict[tuple[int, int], np.ndarray]:
         if self._slots is None:
-            sg, plan, templates, nodes, cores, xlog = self._args
-            comm: dict[tuple[int, int], list[Comm]] = {}
-            for tp, pn, pk, dn, dk in xlog.tolist():
-                n, m, r, x0, x1, si, src = templates[tp]
-                p, d = n.core, m.core
-                sends, recvs = _message(sg, plan, n, m, src, r, x0, x1)
-                comm.setdefault((nodes[pn].id, pk), []).extend(
-                    [Comm(True, d, a, z) for a, z in sends]
-                )
-                comm.setdefault((nodes[dn].id, dk), []).extend(
-                    [Comm(False, p, a, z) for a, z in recvs]
-                )
-            self._slots = comm
+            self._slots = self._build(*self._args)
             self._args = None
         return self._slots
+
+    @staticmethod
+    def _build(sg, plan, templates, nodes, cores, xlog) -> dict[tuple[int, int], np.ndarray]:
+        """Each exchange of the log gives its sender's slot `count` sends and its receiver's slot
+        as many recvs (_message); a slot lists them exchange by exchange, sends before recvs."""
+        slot_of: dict[tuple[int, int], int] = {}
+        rows = []  # per exchange, sender side then receiver side
+        for tp, pn, pk, dn, dk in xlog.tolist():
+            n, m, r, x0, x1, si, src = templates[tp]
+            count, size, send0, s_step, recv0, r_step = _message(sg, plan, n, m, src, r, x0, x1)
+            ks = slot_of.setdefault((nodes[pn].id, pk), len(slot_of))
+            kr = slot_of.setdefault((nodes[dn].id, dk), len(slot_of))
+            rows.append((ks, 1, m.core, count, size, send0, s_step))
+            rows.append((kr, 0, n.core, count, size, recv0, r_step))
+        if not rows:
+            return {}
+        slot, send, peer, count, size, addr0, step = np.array(rows, np.int64).T
+        first = np.cumsum(count) - count  # each side's first message
+        within = np.arange(int(count.sum())) - np.repeat(first, count)
+        msgs = np.empty(within.size, COMM_DTYPE)
+        msgs["send"] = np.repeat(send, count).astype(bool)
+        msgs["peer"] = np.repeat(peer, count)
+        msgs["addr"] = np.repeat(addr0, count) + np.repeat(step, count) * within
+        msgs["size"] = np.repeat(size, count)
+        by_slot = np.repeat(slot, count)
+        order = np.argsort(by_slot, kind="stable")
+        cuts = np.searchsorted(by_slot[order], np.arange(1, len(slot_of)))
+        return dict(zip(slot_of, np.split(msgs[order], cuts)))
 
     def __getitem__(self, key):
         return self._built()[key]

@@ -44,6 +44,7 @@ rows reach a consumer only once its own program has restarted.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
@@ -143,7 +144,7 @@ class NocPlan:
     res_row_bytes: dict[int, int] = field(default_factory=dict)
     out_row_bytes: dict[int, int] = field(default_factory=dict)
     persist: dict[int, int] = field(default_factory=dict)  # core -> bytes reserved
-    comm: dict[tuple[int, int], list] = field(default_factory=dict)  # order_messages
+    comm: Mapping[tuple[int, int], np.ndarray] = field(default_factory=dict)  # order_messages
     estimated_ns: float = 0.0  # end of the estimated execution order_messages followed
     timeline: dict[int, list[float]] = field(default_factory=dict)  # layer -> [start, end] ns
     demoted: dict[str, int] = field(default_factory=dict)  # units sent back to host, by reason
