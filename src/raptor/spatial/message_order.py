@@ -199,10 +199,12 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> MessageSlots:
     lane = dict(zip((n.id for n in sg.nodes), lane_table(arch, sg.layers, sg.nodes)))
     # slots of the persistent rows a node receives (input 0: window rows, 1: residual rows): the
     # rows each step reads, the previous row in the same slot, the last step using a row
-    need: dict[int, list[list[tuple[int, int, int]]]] = {}  # node -> step -> (input, row, mask)
     prev_in_slot: dict[tuple[int, int, int], int] = {}
     last_use: dict[tuple[int, int, int], int] = {}
     have: dict[tuple[int, int, int], int] = {}  # (node, row, source) -> received columns
+    keys: dict[tuple[int, int, int], int] = {}  # (node, row, source) -> its index in have
+    need_cols: dict[int, list[list[tuple[int, int, int]]]] = {}  # node -> step -> (key, a, b)
+    spans = _Spans()
     want: dict[tuple[int, int, int], int] = {}  # (node, input, row) -> columns it reads
     srcs_of = {
         (ci, k): [si for si, src in enumerate(srcs) if src.input == k]
@@ -219,12 +221,14 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> MessageSlots:
             window = [[(0, 0, (1 << b) - (1 << a))] for _ in steps[n.id]]
         else:
             window = [[(0, r, mask) for r, mask in rows] for rows in step_need(sg, n, steps[n.id])]
-        need[n.id] = [
+        need = [  # step -> (input, row, mask)
             (window[j] if 0 in ks else []) + ([(1, s.oy, _step_mask(s, w))] if 1 in ks else [])
             for j, s in enumerate(steps[n.id])
         ]
         seen: dict[tuple[int, int], int] = {}  # (input, slot) -> last row loaded there
-        for j, rows in enumerate(need[n.id]):
+        per_step = need_cols[n.id] = []
+        for j, rows in enumerate(need):
+            cols = []
             for k, r, mask in rows:
                 last_use[n.id, k, r] = j
                 want[n.id, k, r] = want.get((n.id, k, r), 0) | mask
@@ -233,26 +237,25 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> MessageSlots:
                     prev_in_slot[n.id, k, r] = seen.get(slot, -1)
                     seen[slot] = r
                     for si in srcs_of[n.layer, k]:
+                        keys[n.id, r, si] = len(have)
                         have[n.id, r, si] = 0
                     if k == 0 and n.id in plan.mixed:  # its own core's pieces: from host memory
                         for core, a, b, si in plan.pieces(n, r):
                             if core == n.core:
                                 have[n.id, r, si] |= (1 << b) - (1 << a)
+                runs = spans[mask]
+                for si in srcs_of[n.layer, k]:
+                    key = keys[n.id, r, si]
+                    cols += [(key, a, b) for a, b in runs]
+            per_step.append(cols)
     trees: dict[Unit, list[ComputeNode]] = {}
     for n in sg.nodes:
         if n.kind == NodeKind.MVM and sg.layers[n.layer].row_groups > 1:
             trees.setdefault(unit_of(n), []).append(n)
-    need_cols = {
-        n.id: [
-            [((n.id, r, si), m) for x, r, m in rows for si in srcs_of[n.layer, x]]
-            for rows in need[n.id]
-        ]
-        for n in sg.nodes
-        if n.id in need
-    }
     tb, templates, nodes, cores = _tables(
-        arch, sg, by_core, steps, lane, need_cols, have, want, prev_in_slot, last_use, trees
-    )
+        arch, sg, by_core, steps, lane, need_cols, have, keys, spans, want, prev_in_slot,
+        last_use, trees,
+    )  # fmt: skip
     cap = 16 * (tb.s_oy.size + tb.t_dest.size) + 1024
     while True:
         st = K.new_state(tb, cap)
@@ -333,11 +336,12 @@ class _Spans(dict):
 
 
 def _tables(
-    arch: Arch, sg: SpatialGraph, by_core, steps, lane, need_cols, have, want, prev_in_slot,
-    last_use, trees,
+    arch: Arch, sg: SpatialGraph, by_core, steps, lane, need_cols, have, keys, spans, want,
+    prev_in_slot, last_use, trees,
 ):  # fmt: skip
     """The flat tables of message_order_kernel for one order, the message templates (producer,
-    fed node, row, x0, x1, source index, source) and the nodes and cores the indices stand for."""
+    fed node, row, x0, x1, source index, source) and the nodes and cores the indices stand for.
+    `keys` numbers the keys of `have` in order and gets the keys only messages deliver."""
     from raptor.arch.timing import flits, link_costs
 
     plan: NocPlan = sg.noc
@@ -358,10 +362,7 @@ def _tables(
                 counts[tk.event] = counts.get(tk.event, 0) + tk.value
         return [(event(e), v) for e, v in counts.items()]
 
-    keys = {key: i for i, key in enumerate(have)}
-    bits = [0] * len(keys)
-    for key, v in have.items():
-        bits[keys[key]] = v
+    bits = list(have.values())
     top = max((b.bit_length() for b in (*have.values(), *want.values())), default=0)
     cs_of: dict[tuple[int, ...], int] = {(c,): c for c in range(len(cores))}
     for ms in trees.values():
@@ -371,7 +372,6 @@ def _tables(
     templates: list[tuple] = []
     n_sptr, n_rowoff, n_row0, n_nrows = [0], [0], [], []
     lat: set[tuple[int, int]] = set()  # core pairs a message links
-    spans = _Spans()
     eb = plan.element_bytes
     tokened = {*sg.tokens_before, *sg.tokens_after}
     tokened |= {nid for nid, _ in (*sg.band_before, *sg.band_after)}
@@ -399,7 +399,7 @@ def _tables(
             sync_rows.empty(len(st))
         if per_step:
             for cols_of_step in per_step:
-                need_rows.row([(keys[key], a, b) for key, m in cols_of_step for a, b in spans[m]])
+                need_rows.row(cols_of_step)
         else:
             need_rows.empty(len(st))
         if not targets:
