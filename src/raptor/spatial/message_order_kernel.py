@@ -232,6 +232,7 @@ class OrderState(NamedTuple):
     fm: np.ndarray
     fd: np.ndarray
     fv: np.ndarray
+    sc: np.ndarray  # scratch: a core's senders, sorted
     ic: np.ndarray  # counters (IC_*)
     now: np.ndarray  # [now]
 
@@ -272,7 +273,7 @@ def new_state(tb: OrderTables, cap: int) -> OrderState:
         tl_start=zeros(nl, np.float64), tl_end=zeros(nl, np.float64),
         tl_seen=zeros(nl, np.bool_), tl_order=zeros(nl),
         xlog=zeros((nm, 5)), wmark=full(nc, -1), wl=zeros(nc), umark=full(nc, -1), ul=zeros(nc),
-        fm=zeros(nc), fd=zeros(nc), fv=zeros(nc), ic=zeros(7), now=zeros(1, np.float64),
+        fm=zeros(nc), fd=zeros(nc), fv=zeros(nc), sc=zeros(nc), ic=zeros(7), now=zeros(1, np.float64),
     )  # fmt: skip
 
 
@@ -342,6 +343,30 @@ def _slot(cn_ptr, cn_nodes, n_sptr, ni, k, c: int) -> tuple[int, int]:
 
 
 @njit(cache=True, nogil=True)
+def _isort(a, n: int) -> None:
+    """Sort a[:n] in place, ascending (insertion sort: the lists are short and mostly sorted)."""
+    for i in range(1, n):
+        x = a[i]
+        j = i - 1
+        while j >= 0 and a[j] > x:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = x
+
+
+@njit(cache=True, nogil=True)
+def _isort3(a, b, c, n: int) -> None:
+    """Sort the triples (a[i], b[i], c[i]) of i < n in place by a, ascending (a's are distinct)."""
+    for i in range(1, n):
+        x, y, z = a[i], b[i], c[i]
+        j = i - 1
+        while j >= 0 and a[j] > x:
+            a[j + 1], b[j + 1], c[j + 1] = a[j], b[j], c[j]
+            j -= 1
+        a[j + 1], b[j + 1], c[j + 1] = x, y, z
+
+
+@njit(cache=True, nogil=True)
 def _mark(mark, lst, cnt, stamp: int, x: int) -> None:
     """Add x to the list lst[:cnt[0]] unless it was added since `stamp` began."""
     if mark[x] != stamp:
@@ -395,7 +420,9 @@ def run_order(tb, st) -> int:  # noqa: C901 - order_messages' whole event loop, 
     ucnt[0] = ncore
     while True:
         # ---- offer every touched core, in core order
-        for c in np.sort(st.ul[: ucnt[0]]):
+        _isort(st.ul, ucnt[0])
+        for ui in range(ucnt[0]):
+            c = st.ul[ui]
             soon = INF
             tc = t[c]
             vc = ver[c]
@@ -421,7 +448,8 @@ def run_order(tb, st) -> int:  # noqa: C901 - order_messages' whole event loop, 
                         st.fd[nf] = d
                         st.fv[nf] = vd
                         nf += 1
-                for i in np.argsort(st.fm[:nf]):
+                _isort3(st.fm, st.fd, st.fv, nf)
+                for i in range(nf):
                     d = st.fd[i]
                     td = t[d]
                     when = td if td > base else base
@@ -435,7 +463,12 @@ def run_order(tb, st) -> int:  # noqa: C901 - order_messages' whole event loop, 
                     pr_vd[c, d] = st.fv[i]
                     pr_when[c, d] = when
             if inn[c] > 0:
-                for p in np.sort(il[c, : inn[c]]):
+                ni_c = inn[c]
+                for i in range(ni_c):
+                    st.sc[i] = il[c, i]
+                _isort(st.sc, ni_c)
+                for pi in range(ni_c):
+                    p = st.sc[pi]
                     if pr_cnt[p, c] == 0:
                         continue
                     vp = ver[p]
