@@ -16,6 +16,7 @@ nothing but the plan.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -56,20 +57,26 @@ def row_steps(a: int, b: int, ow: int, cuts: list[int]) -> list[tuple[int, int, 
     return out
 
 
-def node_steps(sg: SpatialGraph, n: ComputeNode) -> list[Step]:
+def node_steps(sg: SpatialGraph, n: ComputeNode) -> tuple[Step, ...]:
     """Steps of a node in program order: row segments for a NoC node (fed or sending), bands for
     every other node (raptor.pim.lowering follows the same split)."""
-    bands = sg.bands.get(n.id, [(n.p0, n.p1)])
+    bands = tuple(sg.bands.get(n.id, [(n.p0, n.p1)]))
     plan = sg.noc
     if plan is None or not plan.uses_lines(n):
-        return [Step(i, -1, a, b) for i, (a, b) in enumerate(bands)]
-    ow = max(1, sg.layers[n.layer].output.width)
-    cuts = row_segments(ow, plan.segments)
-    return [
+        return tuple(Step(i, -1, a, b) for i, (a, b) in enumerate(bands))
+    return _line_steps(bands, max(1, sg.layers[n.layer].output.width), plan.segments)
+
+
+@functools.lru_cache(maxsize=8192)
+def _line_steps(bands: tuple[tuple[int, int], ...], ow: int, segments: int) -> tuple[Step, ...]:
+    """node_steps of a NoC node: each band's pixels cut at whole rows and row segments (one
+    node's steps, asked for again by every candidate plan and by code generation)."""
+    cuts = row_segments(ow, segments)
+    return tuple(
         Step(i, oy, pa, pb)
         for i, (a, b) in enumerate(bands)
         for oy, pa, pb in row_steps(a, b, ow, cuts)
-    ]
+    )
 
 
 def _step_mask(s: Step, w: int) -> int:
@@ -372,6 +379,8 @@ def _tables(
     templates: list[tuple] = []
     n_sptr, n_rowoff, n_row0, n_nrows = [0], [0], [], []
     lat: set[tuple[int, int]] = set()  # core pairs a message links
+    # flits + sends - 1 of a message by its width, per message shape (_message_shape's inputs)
+    durs: dict[tuple, dict[int, int]] = {}
     eb = plan.element_bytes
     tokened = {*sg.tokens_before, *sg.tokens_after}
     tokened |= {nid for nid, _ in (*sg.band_before, *sg.band_after)}
@@ -411,7 +420,8 @@ def _tables(
             src = plan.sources[m.layer][si]
             lat.add((n.core, m.core))
             cc = sg.layers[m.layer].inputs[src.input].channels
-            per_target.append((m, m.id, si, src, src.input, cix[m.core], pos[m.id], cc, {}))
+            dur = durs.setdefault((src.flat, src.channels, cp, cc), {})
+            per_target.append((m, m.id, si, src, src.input, cix[m.core], pos[m.id], cc, dur))
         w = plan.width[n.layer]
         oy = None
         for s in st:
