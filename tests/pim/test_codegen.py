@@ -158,3 +158,25 @@ def test_pool_rows_cut_finely_keep_their_values():
         max_rel_err(np.asarray(rep.outputs[0][k]).reshape(v.shape), v) <= 1e-3
         for k, v in ref.items()
     )
+
+
+def test_message_slot_records_alternate_address_and_transfer():
+    """A message slot (spatial.message_order.COMM_DTYPE rows) becomes, per message, an sldi of
+    its local address into the node's register and a send or recv through that register, peer
+    and size as given; an empty or absent slot gives no records."""
+    from types import SimpleNamespace
+
+    from raptor.isa.opcodes import Opcode
+    from raptor.pim.lowering_noc import message_records
+    from raptor.spatial.message_order import COMM_DTYPE
+
+    msgs = np.array([(True, 3, 4096, 64), (False, 7, 128, 32)], COMM_DTYPE)
+    comm = {(5, 0): msgs, (5, 1): msgs[:0]}
+    ctx = SimpleNamespace(sg=SimpleNamespace(noc=SimpleNamespace(comm=comm)))
+    records = message_records(ctx, SimpleNamespace(id=5), 9)
+    (out,) = records(0)
+    assert out["opcode"].tolist() == [Opcode.SLDI, Opcode.SEND, Opcode.SLDI, Opcode.RECV]
+    assert out["rd"].tolist() == [9, 9, 9, 9] and out["r1"].tolist() == [0, 0, 0, 0]
+    assert out["r2_or_imm"].tolist() == [4096, 3, 128, 7]
+    assert out["generic3"].tolist() == [0, 64, 0, 32]
+    assert records(1) == [] and records(2) == [] and records(None) == []
