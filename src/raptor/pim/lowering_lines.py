@@ -200,8 +200,8 @@ def lower_mvm_lines(
     # pixels are one contiguous run of them, cut out below between the step's messages, loads
     # and stores. Per lane: the address of each kernel row's input row (or the zero row).
     loads: list[list[int]] = []
-    addrs, oxs, pixs, outs, ress = [], [], [], [], []
-    for oy, pa, pb, *_ in steps:
+    addrs, outs, ress = [], [], []  # per step
+    for oy, *_ in steps:
         rows, at = [], []
         for i in range(kh):
             iy = oy * sh - pt + i
@@ -211,17 +211,19 @@ def lower_mvm_lines(
             else:
                 at.append(zero_row)
         loads.append(rows)
-        n = pb - pa
-        addrs.append(np.tile(np.array(at, np.int64), (n, 1)))
-        oxs.append(np.arange(pa - oy * ow, pb - oy * ow, dtype=np.int64))
-        pixs.append(np.arange(pa, pb, dtype=np.int64))
+        addrs.append(at)
         if sender:
-            outs.append(np.full(n, out_at(oy), np.int64))
+            outs.append(out_at(oy))
         if residual is not None and res_fed:
-            ress.append(np.full(n, noc.in_row_addr(node, oy, 1), np.int64))
+            ress.append(noc.in_row_addr(node, oy, 1))
     if steps:
-        rows_addr = np.concatenate(addrs).T
-        ox = np.concatenate(oxs)
+        # per lane (pixel): its step's values, its pixel and its column in the output row
+        st_oy, st_pa, st_pb = (np.array([s[f] for s in steps], np.int64) for f in range(3))
+        count = st_pb - st_pa
+        first = np.cumsum(count) - count  # each step's first lane
+        pix = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(st_pa - first, count)
+        ox = pix - np.repeat(st_oy * ow, count)
+        rows_addr = np.repeat(np.array(addrs, np.int64), count, axis=0).T
         b = Block(len(ox))
         for t, (ta, tb) in enumerate(tiles):
             dst = ps_a if t == 0 else ps_b
@@ -258,10 +260,10 @@ def lower_mvm_lines(
             b,
             regs,
             tail,
-            np.concatenate(pixs),
-            np.concatenate(outs) if sender else None,
+            pix,
+            np.repeat(np.array(outs, np.int64), count) if sender else None,
             ox,
-            np.concatenate(ress) if ress else None,
+            np.repeat(np.array(ress, np.int64), count) if ress else None,
         )
         presets = regs.flush()
         built, per_lane = b.build(), len(b.slots)
