@@ -147,7 +147,6 @@ def check_programs(cores: list[np.ndarray], rounds: int = 1) -> DeadlockReport:
     # event registers numbered densely (a wait's and a sync's `other`)
     ev_ops = (op == _SYNC) | (op == _WAIT)
     regs, dense = np.unique(other[ev_ops], return_inverse=True)
-    other = other.copy()
     other[ev_ops] = dense
     pos, mism = _execute(ptr, op, other, value, rounds, len(regs))
     blocked = []

@@ -441,7 +441,7 @@ def _tables(
                         (m, si, src, dc, at, cc, dur, lu, key, shift, want.get((mid, x, cr), 0))
                     )
             made = []
-            seg = (1 << (s.pb - oy * w)) - (1 << (s.pa - oy * w))  # _step_mask
+            seg = _step_mask(s, w)
             for m, si, src, dc, at, cc, dur, lu, key, shift, wanted in per_row:
                 for a, b in spans[(seg << shift) & wanted]:
                     d = dur.get(b - a)  # flits of a message b - a pixels wide
