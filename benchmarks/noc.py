@@ -2,10 +2,12 @@
 """NoC dataflow before/after: each model compiled by Raptor with every activation through host
 memory (`--pim-disable-noc-dataflow`, the dataflow before the NoC pass), with the NoC dataflow and
 one contiguous pixel range per replica (`--pim-disable-pixel-chunks --pim-disable-window-packing`),
-with interleaved pixel chunks where they plan shorter (`--pim-disable-window-packing`) and with
-the default (chunks and window packing), simulated at full size, with the mean per-core breakdown of the latency (matrix busy, vector,
-transfer, sync stall, recv stall, memory stall), host and NoC bytes per inference, and the
-machine bounds. Writes CSV + PNG.
+with interleaved pixel chunks where they plan shorter (`--pim-disable-window-packing`), with
+chunks and window packing planned with every crossbar (`--pim-crossbar-shares 1`) and with the
+default (the same, also planned with smaller shares of the crossbars in latency mode), simulated
+at full size, with the mean per-core breakdown of the latency (matrix busy, vector, transfer,
+sync stall, recv stall, memory stall), host and NoC bytes per inference, and the machine bounds.
+Writes CSV + PNG.
 
     .venv/bin/python benchmarks/noc.py [--models vgg8 resnet18 resnet34 googlenet]
         [--archs arch-a] [--mode latency|throughput] [--dataflows host noc-contiguous ...]
@@ -34,7 +36,8 @@ STALLS = ("stall_sync_ns", "stall_recv_ns", "stall_memory_ns")
 FLOWS = {
     "host": {"disable_noc_dataflow": True},
     "noc-contiguous": {"disable_pixel_chunks": True, "disable_window_packing": True},
-    "noc-chunks": {"disable_window_packing": True},
+    "noc-chunks": {"disable_window_packing": True, "crossbar_shares": (1.0,)},
+    "noc-full-share": {"crossbar_shares": (1.0,)},
     "noc": {},
 }
 

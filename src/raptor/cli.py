@@ -10,7 +10,12 @@ import sys
 from pathlib import Path
 
 from raptor.errors import RaptorError
-from raptor.options import ROW_GROUP_TILES_LATENCY, ROW_SEGMENTS, CompileOptions
+from raptor.options import (
+    CROSSBAR_SHARES_LATENCY,
+    ROW_GROUP_TILES_LATENCY,
+    ROW_SEGMENTS,
+    CompileOptions,
+)
 
 
 def _cmd_arch_show(args: argparse.Namespace) -> int:
@@ -82,6 +87,7 @@ def compile_options(args: argparse.Namespace) -> CompileOptions:
         disable_window_packing=args.pim_disable_window_packing,
         row_segments=args.pim_row_segments,
         row_group_tiles=args.pim_row_group_tiles,
+        crossbar_shares=args.pim_crossbar_shares,
         compiler=args.compiler,
         replication=args.replication,
     )
@@ -380,6 +386,18 @@ def build_parser() -> argparse.ArgumentParser:
         "0: as many as fit one core. Smaller groups spread a layer's MVMs over more cores for "
         f"the same crossbars (default: {ROW_GROUP_TILES_LATENCY} in a planned latency compile, "
         "else 0)",
+    )
+    cp.add_argument(
+        "--pim-crossbar-shares",
+        type=float,
+        nargs="+",
+        default=None,
+        metavar="S",
+        help="Raptor: plan once for each share S of the chip's crossbars that replication may "
+        "buy and keep the plan whose estimated schedule ends first (the first share wins ties); "
+        "fewer replicas can end sooner where full ones make concurrent layers share cores "
+        f"(default: {' '.join(f'{x:g}' for x in CROSSBAR_SHARES_LATENCY)} in latency mode, 1 in "
+        "throughput mode)",
     )
     cp.add_argument(
         "--print-passes",

@@ -32,7 +32,7 @@ from raptor.result import (
     program_counts,
     timing_fields,
 )
-from raptor.spatial.ir import BufferRole
+from raptor.spatial.ir import BufferRole, ComputeNode
 from raptor.spatial.plan_memo import PlanMemo, PlanRecipe, plan_memo
 
 # NoC edges returned to host memory after a failed deadlock check, at most this many times
@@ -170,7 +170,11 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     contiguous plan never won otherwise (it was 4-63 % behind the repacked chunks), and its
     repacking rounds were a third of the message orders a compile ran. A repacked plan is kept
     when it ends strictly first and, in throughput mode, also has a shorter core span
-    (`_core_span_ns`). With a `memo` (spatial/plan_memo.py) holding this compile's choice, the
+    (`_core_span_ns`). All that runs with replication buying up to the first share of the
+    crossbars in `opts.crossbar_shares`; for each further share (in latency mode by default
+    raptor.options.CROSSBAR_SHARES_LATENCY, fewer replicas), the variant that won (chunks or
+    not) is planned and repacked again, and kept only when it ends strictly first. With a
+    `memo` (spatial/plan_memo.py) holding this compile's choice, the
     planning pass runs once, with it; without one, the choice is stored there."""
     from raptor.spatial.passes import spatial_passes
     from raptor.spatial.planning import SpatialPlanningPass
@@ -195,30 +199,52 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     recipe = memo.get() if memo is not None else None
     if recipe is not None:
         sg.notes.plan_estimates_ns.update(recipe.estimates)
-        changes = {"chunks": recipe.chunks, "windows": recipe.windows}
+        changes = {
+            "chunks": recipe.chunks,
+            "windows": recipe.windows,
+            "crossbar_share": recipe.crossbar_share,
+        }
         return _planned(arch, sg, passes, at, timed, **changes), None
     pipelined = opts.mode == "throughput"
+    shares = opts.crossbar_shares
     best = None
     chunked_est = math.inf
-    for chunks in (True, False) if passes[at].chunks else (False,):
-        planned = _planned(arch, sg, passes, at, timed, chunks=chunks)
-        if chunks and not any(n.chunk for n in planned.nodes):
-            continue  # no layer to interleave: the same plan as contiguous ranges
-        est, first = _trial(arch, planned, timed)
-        label = "chunked" if chunks else "contiguous"
-        sg.notes.plan_estimates_ns[label] = est
-        if best is None or est <= best.est:  # chunks must be strictly better
-            best = _Candidate(est, _core_span_ns(first), planned, first, chunks, None)
-        if chunks:
-            chunked_est = est
-        if opts.disable_window_packing or (not chunks and est > chunked_est):
-            continue  # contiguous ranges are repacked only when they planned no worse than chunks
-        for cand in _repack(arch, sg, passes, at, chunks, first, timed):
-            if cand.est < best.est and (not pipelined or cand.span < best.span):
-                best = cand
+    tried: list[list[ComputeNode]] = []
+    for share in shares:
+        if best is None and share != shares[0]:
+            break  # every candidate's order got stuck
+        variants = (True, False) if passes[at].chunks else (False,)
+        for chunks in variants if share == shares[0] else (best.chunks,):
+            planned = _planned(arch, sg, passes, at, timed, chunks=chunks, crossbar_share=share)
+            if chunks and not any(n.chunk for n in planned.nodes):
+                continue  # no layer to interleave: the same plan as contiguous ranges
+            if planned.nodes in tried:
+                continue  # a smaller share bought the same replicas: the same plan
+            tried.append(planned.nodes)
+            est, first = _trial(arch, planned, timed)
+            label = _label(chunks, share)
+            sg.notes.plan_estimates_ns[label] = est
+            # chunks must be strictly better than contiguous ranges, a later share than the first
+            tie = not chunks and share == shares[0]
+            if best is None or est < best.est or (est == best.est and tie):
+                best = _Candidate(est, _core_span_ns(first), planned, first, chunks, None, share)
+            if chunks and share == shares[0]:
+                chunked_est = est
+            if opts.disable_window_packing or (not chunks and est > chunked_est):
+                continue  # contiguous ranges are repacked only when they planned no worse than chunks
+            for cand in _repack(arch, sg, passes, at, chunks, share, first, timed):
+                if cand.est < best.est and (not pipelined or cand.span < best.span):
+                    best = cand
     if memo is not None:
-        memo.put(PlanRecipe(best.chunks, best.windows, dict(sg.notes.plan_estimates_ns)))
+        estimates = dict(sg.notes.plan_estimates_ns)
+        memo.put(PlanRecipe(best.chunks, best.windows, estimates, best.share))
     return best.planned, _synchronized(arch, best.planned, best.first, opts, timed)
+
+
+def _label(chunks: bool, share: float) -> str:
+    """A candidate plan's name in plan_estimates_ns: "chunked" or "contiguous", and "@share" when
+    its replication could buy only that share of the crossbars."""
+    return ("chunked" if chunks else "contiguous") + ("" if share == 1.0 else f"@{share:g}")
 
 
 class _Candidate(NamedTuple):
@@ -231,6 +257,7 @@ class _Candidate(NamedTuple):
     first: Any
     chunks: bool
     windows: dict[int, tuple[float, float]] | None
+    share: float
 
 
 def _synchronized(arch: Arch, planned, first, opts: CompileOptions, timed: PassTimer):
@@ -296,21 +323,23 @@ def _core_span_ns(first) -> float:
     return max((b - a for a, b in span.values()), default=0.0)
 
 
-def _repack(arch: Arch, sg, passes, at: int, chunks: bool, first, timed: PassTimer):
+def _repack(arch: Arch, sg, passes, at: int, chunks: bool, share: float, first, timed: PassTimer):
     """Window packing: up to REPACK_ROUNDS rounds, each placing the nodes by the load within
     their layers' time windows (merging.pack_balanced) of the last estimated execution of this
     plan variant that ended first (starting with `first`, the variant's own first round). A
     layer's window covers when it computes, so layers that run at the same time (inception
     branches, a pool beside its sibling convolution) stop sharing cores and waiting for each
     other. Returns the `_Candidate` of every round that shortened the estimate."""
-    label = "chunked" if chunks else "contiguous"
+    label = _label(chunks, share)
     out = []
     if first is None:  # the variant's order got stuck: no estimated execution to take windows from
         return out
     kept = (first.noc.estimated_ns, first)
     for r in range(1, REPACK_ROUNDS + 1):
         windows = {i: (a, b) for i, (a, b) in kept[1].noc.timeline.items()}
-        planned = _planned(arch, sg, passes, at, timed, chunks=chunks, windows=windows)
+        planned = _planned(
+            arch, sg, passes, at, timed, chunks=chunks, windows=windows, crossbar_share=share
+        )
         if planned.nodes == kept[1].nodes:  # the same placement: the same execution, no shorter
             sg.notes.plan_estimates_ns[f"{label}_repacked{r}"] = kept[0]
             break
@@ -319,7 +348,7 @@ def _repack(arch: Arch, sg, passes, at: int, chunks: bool, first, timed: PassTim
         if est >= kept[0]:
             break
         kept = (est, first)
-        out.append(_Candidate(est, _core_span_ns(first), planned, first, chunks, windows))
+        out.append(_Candidate(est, _core_span_ns(first), planned, first, chunks, windows, share))
     return out
 
 
@@ -417,6 +446,7 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "event_registers_max": sg.notes.event_registers,
         "band_tokens": sg.notes.band_tokens,
         "plan_estimates_ns": dict(sg.notes.plan_estimates_ns),
+        "crossbar_share": sg.crossbar_share,
         "pixel_chunks": _pixel_chunks(sg),
         "layer_cores": _layer_cores(sg),
         "depthwise_packing": _depthwise_report(arch, sg),

@@ -104,7 +104,7 @@ def make_record(
         pipeline=int(opts.pipeline),
         compiler=opts.compiler,
         compiler_version=raptor.__version__,
-        options=asdict(opts),
+        options={k: list(v) if isinstance(v, tuple) else v for k, v in asdict(opts).items()},
         local_memory_peak_bytes=peak,
         local_memory_peak_core=core,
     )

@@ -210,6 +210,7 @@ class SpatialGraph:
     band_after: dict[tuple[int, int], list[SyncToken]] = field(default_factory=dict)
     const_values: dict[str, np.ndarray] = field(default_factory=dict)
     replication: dict[str, int] = field(default_factory=dict)
+    crossbar_share: float = 1.0  # share of the chip's crossbars the replication could buy
     notes: SpatialNotes = field(default_factory=SpatialNotes)
     noc: object | None = None  # raptor.spatial.noc.NocPlan: edges carried over the NoC
 

@@ -5,8 +5,8 @@ With the NoC dataflow the compiler (raptor.compiler._plan) runs the planning pas
 (pixel chunks or contiguous ranges, then window-packing rounds) and orders the messages of every
 candidate, an execution on estimated times; that comparison is most of a compile. What it
 decides is a `PlanRecipe`: whether the winning plan has pixel chunks, the layer windows its
-placement packed by (None: packed by total load), and the estimate of every candidate (the
-compile report's `plan_estimates_ns`). The planning pass given the recipe's fields rebuilds
+placement packed by (None: packed by total load), the share of the crossbars its replication
+bought, and the estimate of every candidate (the compile report's `plan_estimates_ns`). The planning pass given the recipe's fields rebuilds
 exactly the winning plan, so a compile that finds its recipe here writes the same program and
 report, minus the comparison's time.
 
@@ -34,7 +34,7 @@ from raptor.arch import Arch
 from raptor.options import CompileOptions
 
 MEMO_DIR = "plans"
-FORMAT = 1
+FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ class PlanRecipe:
     chunks: bool
     windows: dict[int, tuple[float, float]] | None
     estimates: dict[str, float]
+    crossbar_share: float = 1.0
 
     def to_json(self) -> dict:
         windows = None
@@ -54,6 +55,7 @@ class PlanRecipe:
             "chunks": self.chunks,
             "windows": windows,
             "estimates": self.estimates,
+            "crossbar_share": self.crossbar_share,
         }
 
     @staticmethod
@@ -63,7 +65,8 @@ class PlanRecipe:
         w = d["windows"]
         windows = None if w is None else {int(k): (float(a), float(b)) for k, (a, b) in w.items()}
         estimates = {str(k): float(v) for k, v in d["estimates"].items()}
-        return PlanRecipe(bool(d["chunks"]), windows, estimates)
+        share = float(d["crossbar_share"])
+        return PlanRecipe(bool(d["chunks"]), windows, estimates, share)
 
 
 @dataclass(frozen=True)

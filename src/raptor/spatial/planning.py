@@ -192,6 +192,8 @@ class SpatialPlanningPass:
     # layer -> (start, end) ns of an estimated execution: pack by load within each layer's window
     # (merging.pack_balanced) instead of total load
     windows: dict[int, tuple[float, float]] | None = field(default=None, compare=False)
+    # share of the chip's crossbars replication may buy (raptor.options.CROSSBAR_SHARES_LATENCY)
+    crossbar_share: float = 1.0
     name: ClassVar[str] = "spatial-planning"
 
     def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
@@ -201,7 +203,9 @@ class SpatialPlanningPass:
         last_err: PassFailedError | None = None
         fed = noc_edges(sg) if self.chunks and self.noc else None
         for scale in (1.0, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.0):
-            reps, splits = choose_replication(arch, sg, scale, self.latency, self.noc)
+            reps, splits = choose_replication(
+                arch, sg, scale * self.crossbar_share, self.latency, self.noc
+            )
             chunks = choose_chunks(sg, reps, fed) if fed is not None else {}
             nodes = make_nodes(sg, arch, reps, splits, chunks)
             lanes = np.array(lane_table(arch, sg.layers, nodes))
@@ -211,7 +215,12 @@ class SpatialPlanningPass:
             except PassFailedError as e:
                 last_err = e
                 continue
-            out = replace(sg, nodes=place_snake(arch, placed), core_count=arch.core_count)
+            out = replace(
+                sg,
+                nodes=place_snake(arch, placed),
+                core_count=arch.core_count,
+                crossbar_share=self.crossbar_share,
+            )
             out.replication = {sg.layers[i].name: r for i, r in reps.items()}
             return out
         raise last_err  # type: ignore[misc]

@@ -1,0 +1,97 @@
+"""Crossbar shares (`--pim-crossbar-shares`, raptor.options.CROSSBAR_SHARES_LATENCY): a latency
+compile plans once per share of the chip's crossbars that replication may buy and keeps the plan
+whose message order ends first."""
+
+import math
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pim"))
+from toy import max_rel_err, reference  # noqa: E402
+
+from raptor.arch import load_arch
+from raptor.compiler import compile_model
+from raptor.errors import RaptorError
+from raptor.models import build_model
+from raptor.options import CROSSBAR_SHARES_LATENCY, CompileOptions
+from raptor.sim import simulate
+
+ARCH = load_arch("arch-a")
+
+
+def _run(model, opts: CompileOptions):
+    res = compile_model(model, ARCH, opts)
+    name = model.graph.input[0].name
+    ins = [{name: np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)}]
+    rep = simulate(res.program, ARCH, opts.mode, opts.pipeline, ins)
+    ref = reference(model, ins)[0]
+    err = max(
+        max_rel_err(np.asarray(rep.outputs[0][k]).reshape(v.shape), v) for k, v in ref.items()
+    )
+    return res.report, rep, err
+
+
+def _share(label: str) -> float:
+    m = re.search(r"@([0-9.]+)", label)
+    return float(m.group(1)) if m else 1.0
+
+
+def test_a_smaller_share_wins_on_vgg8_latency():
+    """vgg8 (32x32) on arch-a, latency: with every crossbar the replicas fill the cores, so
+    conv3 and conv4 share cores and run one after the other there. The plan at 0.9 of the
+    crossbars (fewer conv3/conv4/conv6 replicas) ends first in the message order, and the kept
+    program is faster in simulation too (measured 3.00 -> 2.48 ms), with fewer crossbars and the
+    same values. The report names every candidate and the share of the kept one."""
+    model = build_model("vgg8", input_size=32)
+    rep_d, sim_d, err_d = _run(model, CompileOptions())
+    rep_1, sim_1, err_1 = _run(model, CompileOptions(crossbar_shares=(1.0,)))
+    assert err_d <= 1e-3 and err_1 <= 1e-3
+    est = rep_d["plan_estimates_ns"]
+    assert {_share(k) for k in est} == set(CROSSBAR_SHARES_LATENCY)
+    assert {_share(k) for k in rep_1["plan_estimates_ns"]} == {1.0}
+    kept = min(est, key=lambda k: (est[k], list(est).index(k)))
+    assert rep_d["crossbar_share"] == _share(kept) < 1.0
+    assert rep_1["crossbar_share"] == 1.0
+    assert math.isclose(rep_d["noc_dataflow"]["message_order_estimated_ns"], est[kept], abs_tol=0.1)
+    assert rep_d["crossbars_used"] < rep_1["crossbars_used"]
+    assert sim_d.latency_ns < 0.9 * sim_1.latency_ns
+
+
+def test_a_share_caps_the_crossbars_replication_buys():
+    """With the single share 0.5, replication stops where half the chip's crossbars are spent
+    (each replica counted at the crossbars it leaves unusable on its core, at least its own)."""
+    model = build_model("vgg8", input_size=32)
+    rep, _, err = _run(model, CompileOptions(crossbar_shares=(0.5,)))
+    assert err <= 1e-3
+    assert rep["crossbar_share"] == 0.5
+    assert rep["plan_estimates_ns"] and {_share(k) for k in rep["plan_estimates_ns"]} == {0.5}
+    assert rep["crossbars_used"] <= 0.5 * ARCH.total_crossbars
+
+
+def test_throughput_plans_with_every_crossbar_only(tmp_path, capsys):
+    """Throughput mode keeps one share, 1 (measured with the latency shares in pipeline 4: vgg8
+    arch-b 336 -> 291 inferences/s, three cases 4.5-5.7 % higher); shares must be distinct and in
+    (0, 1], a one-line user error otherwise, and a compile that fails writes nothing."""
+    from raptor.cli import EXIT_USER_ERROR, main
+
+    assert CompileOptions(mode="throughput", pipeline=4).crossbar_shares == (1.0,)
+    assert CompileOptions().crossbar_shares == CROSSBAR_SHARES_LATENCY
+    assert CROSSBAR_SHARES_LATENCY[0] == 1.0
+    for bad in [(1.0, 1.0), (0.0,), (1.5,), ()]:
+        with pytest.raises(RaptorError, match="crossbar shares must be distinct numbers"):
+            CompileOptions(crossbar_shares=bad)
+    path = tmp_path / "m.onnx"
+    onnx.save(build_model("vgg8", input_size=16), path)
+    out = tmp_path / "o"
+    args = ["compile", str(path), "--arch", "arch-a", "--out", str(out)]
+    assert main([*args, "--pim-crossbar-shares", "1", "0"]) == EXIT_USER_ERROR
+    _, err = capsys.readouterr()
+    assert (
+        err == "raptor: error: crossbar shares must be distinct numbers in (0, 1], got [1.0, 0.0]\n"
+    )
+    assert not out.exists()
