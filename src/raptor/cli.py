@@ -12,6 +12,7 @@ from pathlib import Path
 from raptor.errors import RaptorError
 from raptor.options import (
     CROSSBAR_SHARES_LATENCY,
+    FILL_SHARES_LATENCY,
     ROW_GROUP_TILES_LATENCY,
     ROW_SEGMENTS,
     CompileOptions,
@@ -88,6 +89,7 @@ def compile_options(args: argparse.Namespace) -> CompileOptions:
         row_segments=args.pim_row_segments,
         row_group_tiles=args.pim_row_group_tiles,
         crossbar_shares=args.pim_crossbar_shares,
+        fill_shares=args.pim_fill_shares,
         compiler=args.compiler,
         replication=args.replication,
     )
@@ -397,6 +399,18 @@ def build_parser() -> argparse.ArgumentParser:
         "buy and keep the plan whose estimated schedule ends first (the first share wins ties); "
         "fewer replicas can end sooner where full ones make concurrent layers share cores "
         f"(default: {' '.join(f'{x:g}' for x in CROSSBAR_SHARES_LATENCY)} in latency mode, 1 in "
+        "throughput mode)",
+    )
+    cp.add_argument(
+        "--pim-fill-shares",
+        type=float,
+        nargs="*",
+        default=None,
+        metavar="S",
+        help="Raptor: also plan once for each share S with the rest of the crossbars buying "
+        "replicas of the slowest layer, kept likewise when its estimated schedule ends first; "
+        "none: no such plan "
+        f"(default: {' '.join(f'{x:g}' for x in FILL_SHARES_LATENCY)} in latency mode, none in "
         "throughput mode)",
     )
     cp.add_argument(

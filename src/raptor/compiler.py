@@ -172,9 +172,10 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     when it ends strictly first and, in throughput mode, also has a shorter core span
     (`_core_span_ns`). All that runs with replication buying up to the first share of the
     crossbars in `opts.crossbar_shares`; for each further share (in latency mode by default
-    raptor.options.CROSSBAR_SHARES_LATENCY, fewer replicas), the variant that won (chunks or
-    not) is planned and repacked again, and kept only when it ends strictly first. With a
-    `memo` (spatial/plan_memo.py) holding this compile's choice, the
+    raptor.options.CROSSBAR_SHARES_LATENCY, fewer replicas) and each of `opts.fill_shares` (the
+    rest of the crossbars then buying replicas of the slowest layer; FILL_SHARES_LATENCY), the
+    variant that won (chunks or not) is planned and repacked again, and kept only when it ends
+    strictly first. With a `memo` (spatial/plan_memo.py) holding this compile's choice, the
     planning pass runs once, with it; without one, the choice is stored there."""
     from raptor.spatial.passes import spatial_passes
     from raptor.spatial.planning import SpatialPlanningPass
@@ -203,48 +204,54 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
             "chunks": recipe.chunks,
             "windows": recipe.windows,
             "crossbar_share": recipe.crossbar_share,
+            "fill_slowest": recipe.fill_slowest,
         }
         return _planned(arch, sg, passes, at, timed, **changes), None
     pipelined = opts.mode == "throughput"
-    shares = opts.crossbar_shares
+    replications = [(x, False) for x in opts.crossbar_shares]
+    replications += [(x, True) for x in opts.fill_shares]
     best = None
     chunked_est = math.inf
     tried: list[list[ComputeNode]] = []
-    for share in shares:
-        if best is None and share != shares[0]:
+    for k, (share, fill) in enumerate(replications):
+        if best is None and k:
             break  # every candidate's order got stuck
         variants = (True, False) if passes[at].chunks else (False,)
-        for chunks in variants if share == shares[0] else (best.chunks,):
-            planned = _planned(arch, sg, passes, at, timed, chunks=chunks, crossbar_share=share)
+        for chunks in variants if k == 0 else (best.chunks,):
+            how = {"chunks": chunks, "crossbar_share": share, "fill_slowest": fill}
+            planned = _planned(arch, sg, passes, at, timed, **how)
             if chunks and not any(n.chunk for n in planned.nodes):
                 continue  # no layer to interleave: the same plan as contiguous ranges
             if planned.nodes in tried:
-                continue  # a smaller share bought the same replicas: the same plan
+                continue  # another replication bought the same replicas: the same plan
             tried.append(planned.nodes)
             est, first = _trial(arch, planned, timed)
-            label = _label(chunks, share)
+            label = _label(chunks, share, fill)
             sg.notes.plan_estimates_ns[label] = est
-            # chunks must be strictly better than contiguous ranges, a later share than the first
-            tie = not chunks and share == shares[0]
-            if best is None or est < best.est or (est == best.est and tie):
-                best = _Candidate(est, _core_span_ns(first), planned, first, chunks, None, share)
-            if chunks and share == shares[0]:
+            # chunks must be strictly better than contiguous ranges, later replications than the first
+            if best is None or est < best.est or (est == best.est and not chunks and k == 0):
+                best = _Candidate(
+                    est, _core_span_ns(first), planned, first, chunks, None, share, fill
+                )
+            if chunks and k == 0:
                 chunked_est = est
             if opts.disable_window_packing or (not chunks and est > chunked_est):
                 continue  # contiguous ranges are repacked only when they planned no worse than chunks
-            for cand in _repack(arch, sg, passes, at, chunks, share, first, timed):
+            for cand in _repack(arch, sg, passes, at, how, first, timed):
                 if cand.est < best.est and (not pipelined or cand.span < best.span):
                     best = cand
     if memo is not None:
         estimates = dict(sg.notes.plan_estimates_ns)
-        memo.put(PlanRecipe(best.chunks, best.windows, estimates, best.share))
+        memo.put(PlanRecipe(best.chunks, best.windows, estimates, best.share, best.fill))
     return best.planned, _synchronized(arch, best.planned, best.first, opts, timed)
 
 
-def _label(chunks: bool, share: float) -> str:
-    """A candidate plan's name in plan_estimates_ns: "chunked" or "contiguous", and "@share" when
-    its replication could buy only that share of the crossbars."""
-    return ("chunked" if chunks else "contiguous") + ("" if share == 1.0 else f"@{share:g}")
+def _label(chunks: bool, share: float, fill: bool) -> str:
+    """A candidate plan's name in plan_estimates_ns: "chunked" or "contiguous", "@share" when its
+    replication could buy only that share of the crossbars by time cut, "+fill" when the rest then
+    bought replicas of the slowest layer."""
+    name = ("chunked" if chunks else "contiguous") + ("" if share == 1.0 else f"@{share:g}")
+    return name + ("+fill" if fill else "")
 
 
 class _Candidate(NamedTuple):
@@ -258,6 +265,7 @@ class _Candidate(NamedTuple):
     chunks: bool
     windows: dict[int, tuple[float, float]] | None
     share: float
+    fill: bool
 
 
 def _synchronized(arch: Arch, planned, first, opts: CompileOptions, timed: PassTimer):
@@ -323,23 +331,22 @@ def _core_span_ns(first) -> float:
     return max((b - a for a, b in span.values()), default=0.0)
 
 
-def _repack(arch: Arch, sg, passes, at: int, chunks: bool, share: float, first, timed: PassTimer):
+def _repack(arch: Arch, sg, passes, at: int, how: dict, first, timed: PassTimer):
     """Window packing: up to REPACK_ROUNDS rounds, each placing the nodes by the load within
     their layers' time windows (merging.pack_balanced) of the last estimated execution of this
     plan variant that ended first (starting with `first`, the variant's own first round). A
     layer's window covers when it computes, so layers that run at the same time (inception
     branches, a pool beside its sibling convolution) stop sharing cores and waiting for each
-    other. Returns the `_Candidate` of every round that shortened the estimate."""
-    label = _label(chunks, share)
+    other. `how`: the planning fields of the variant (chunks, crossbar share, fill). Returns the
+    `_Candidate` of every round that shortened the estimate."""
+    label = _label(how["chunks"], how["crossbar_share"], how["fill_slowest"])
     out = []
     if first is None:  # the variant's order got stuck: no estimated execution to take windows from
         return out
     kept = (first.noc.estimated_ns, first)
     for r in range(1, REPACK_ROUNDS + 1):
         windows = {i: (a, b) for i, (a, b) in kept[1].noc.timeline.items()}
-        planned = _planned(
-            arch, sg, passes, at, timed, chunks=chunks, windows=windows, crossbar_share=share
-        )
+        planned = _planned(arch, sg, passes, at, timed, windows=windows, **how)
         if planned.nodes == kept[1].nodes:  # the same placement: the same execution, no shorter
             sg.notes.plan_estimates_ns[f"{label}_repacked{r}"] = kept[0]
             break
@@ -348,7 +355,9 @@ def _repack(arch: Arch, sg, passes, at: int, chunks: bool, share: float, first, 
         if est >= kept[0]:
             break
         kept = (est, first)
-        out.append(_Candidate(est, _core_span_ns(first), planned, first, chunks, windows, share))
+        chunks, share, fill = how["chunks"], how["crossbar_share"], how["fill_slowest"]
+        span = _core_span_ns(first)
+        out.append(_Candidate(est, span, planned, first, chunks, windows, share, fill))
     return out
 
 
@@ -447,6 +456,7 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "band_tokens": sg.notes.band_tokens,
         "plan_estimates_ns": dict(sg.notes.plan_estimates_ns),
         "crossbar_share": sg.crossbar_share,
+        "crossbar_fill": sg.crossbar_fill,
         "pixel_chunks": _pixel_chunks(sg),
         "layer_cores": _layer_cores(sg),
         "depthwise_packing": _depthwise_report(arch, sg),

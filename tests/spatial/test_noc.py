@@ -127,7 +127,9 @@ def test_pixel_chunks_cut_latency_with_the_same_crossbars():
     model = build_model("vgg8", input_size=32)
     # row groups as large as fit a core (the figures above); with 3-tile groups the contiguous
     # plan takes 23 % longer than the chunked one
-    res, rep, err = _values(model, arch, CompileOptions(row_group_tiles=0), 32)
+    # and every crossbar (test_crossbar_shares.py covers the other replications)
+    one = {"row_group_tiles": 0, "crossbar_shares": (1.0,), "fill_shares": ()}
+    res, rep, err = _values(model, arch, CompileOptions(**one), 32)
     off = CompileOptions(disable_pixel_chunks=True, disable_window_packing=True, row_group_tiles=0)
     res_c, rep_c, err_c = _values(model, arch, off, 32)
     assert err <= 1e-3 and err_c <= 1e-3
@@ -174,8 +176,9 @@ def test_window_packing_cuts_googlenet_latency():
     (both plan with every crossbar: one share, test_crossbar_shares.py covers the others)."""
     arch = load_arch("arch-a")
     model = build_model("googlenet", input_size=64)
-    res, rep, err = _values(model, arch, CompileOptions(crossbar_shares=(1.0,)), 64)
-    off = CompileOptions(disable_window_packing=True, crossbar_shares=(1.0,))
+    one = {"crossbar_shares": (1.0,), "fill_shares": ()}
+    res, rep, err = _values(model, arch, CompileOptions(**one), 64)
+    off = CompileOptions(disable_window_packing=True, **one)
     res_o, rep_o, err_o = _values(model, arch, off, 64)
     assert err <= 1e-3 and err_o <= 1e-3
     est = res.report["plan_estimates_ns"]

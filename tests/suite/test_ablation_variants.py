@@ -72,11 +72,14 @@ def test_baseline_passes_and_is_the_reference(ablation):
         assert all(row[m] == "+0.00%" for m in METRICS)
         assert _validation(case)["max_rel_error"] <= 1e-3
         # every activation edge between cores travels over the NoC (residuals, 1x1 stride-2
-        # shortcuts and the classifier included): no activation is left in host memory, so the
-        # planned program needs no sync/wait token at all
+        # shortcuts and the classifier included) but residual reads whose producer shares the
+        # consumer's core (the latency plan, kept with a fill share, has 2): only those leave an
+        # activation in host memory and a token in the program
         noc = json.loads((case / "compile_report.json").read_text())["noc_dataflow"]
-        assert noc["host_activation_buffers"] == []
-        assert _opcodes(case).get("sync", 0) == 0 and _opcodes(case).get("wait", 0) == 0
+        residual = noc.get("demoted_units", {}).get("same core residual", 0)
+        assert set(noc.get("demoted_units", {})) <= {"same core residual"}
+        assert bool(noc["host_activation_buffers"]) == bool(residual)
+        assert _opcodes(case).get("sync", 0) <= residual
 
 
 def test_no_plan_passes_and_costs_latency_and_throughput(ablation):
@@ -92,11 +95,12 @@ def test_no_plan_passes_and_costs_latency_and_throughput(ablation):
 
 @pytest.mark.parametrize("variant", ["no-sync", "no-sync-no-plan"])
 def test_no_sync_variants_pass_when_no_token_guards_a_cross_core_buffer(ablation, variant):
-    """README: the tokens guard host buffers only. resnet18 at 32x32 keeps no activation in host
-    memory when planned, and unplanned its host-memory edges join layers on one core (program
-    order), so removing synchronization removes nothing the program needs: every case PASSes,
-    with the baseline's (or no-plan's) figures, and the wrapper exits 0. (A host-memory
-    dataflow without tokens does read stale buffers: tests/test_compiler.py.)"""
+    """README: the tokens guard host buffers only. resnet18 at 32x32 planned keeps in host memory
+    only the residual reads of 2 "same core residual" units (latency; their tokens happen to change
+    nothing here), and unplanned its host-memory edges join layers on one core (program order), so
+    removing synchronization removes nothing the program needs: every
+    case PASSes, with the baseline's (or no-plan's) figures, and the wrapper exits 0. (A
+    host-memory dataflow without tokens does read stale buffers: tests/test_compiler.py.)"""
     _, run, _ = ablation
     rows, cases = _variant(ablation, variant)
     twin = {"no-sync": "baseline", "no-sync-no-plan": "no-plan"}[variant]

@@ -211,6 +211,7 @@ class SpatialGraph:
     const_values: dict[str, np.ndarray] = field(default_factory=dict)
     replication: dict[str, int] = field(default_factory=dict)
     crossbar_share: float = 1.0  # share of the chip's crossbars the replication could buy
+    crossbar_fill: bool = False  # the rest then bought replicas of the slowest layer
     notes: SpatialNotes = field(default_factory=SpatialNotes)
     noc: object | None = None  # raptor.spatial.noc.NocPlan: edges carried over the NoC
 

@@ -6,9 +6,10 @@ With the NoC dataflow the compiler (raptor.compiler._plan) runs the planning pas
 candidate, an execution on estimated times; that comparison is most of a compile. What it
 decides is a `PlanRecipe`: whether the winning plan has pixel chunks, the layer windows its
 placement packed by (None: packed by total load), the share of the crossbars its replication
-bought, and the estimate of every candidate (the compile report's `plan_estimates_ns`). The planning pass given the recipe's fields rebuilds
-exactly the winning plan, so a compile that finds its recipe here writes the same program and
-report, minus the comparison's time.
+bought (and whether the rest then bought replicas of the slowest layer), and the estimate of
+every candidate (the compile report's `plan_estimates_ns`). The planning pass given the recipe's
+fields rebuilds exactly the winning plan, so a compile that finds its recipe here writes the
+same program and report, minus the comparison's time.
 
 The candidates are compared before synchronization (their message orders run without tokens), so
 the recipe does not depend on `--pim-disable-synchronization`, and the key leaves that option
@@ -34,7 +35,7 @@ from raptor.arch import Arch
 from raptor.options import CompileOptions
 
 MEMO_DIR = "plans"
-FORMAT = 2
+FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class PlanRecipe:
     windows: dict[int, tuple[float, float]] | None
     estimates: dict[str, float]
     crossbar_share: float = 1.0
+    fill_slowest: bool = False
 
     def to_json(self) -> dict:
         windows = None
@@ -56,6 +58,7 @@ class PlanRecipe:
             "windows": windows,
             "estimates": self.estimates,
             "crossbar_share": self.crossbar_share,
+            "fill_slowest": self.fill_slowest,
         }
 
     @staticmethod
@@ -65,8 +68,8 @@ class PlanRecipe:
         w = d["windows"]
         windows = None if w is None else {int(k): (float(a), float(b)) for k, (a, b) in w.items()}
         estimates = {str(k): float(v) for k, v in d["estimates"].items()}
-        share = float(d["crossbar_share"])
-        return PlanRecipe(bool(d["chunks"]), windows, estimates, share)
+        share, fill = float(d["crossbar_share"]), bool(d["fill_slowest"])
+        return PlanRecipe(bool(d["chunks"]), windows, estimates, share, fill)
 
 
 @dataclass(frozen=True)

@@ -48,10 +48,13 @@ def choose_replication(
     budget_scale: float = 1.0,
     latency: bool = False,
     noc: bool = False,
+    fill_scale: float | None = None,
 ) -> tuple[dict[int, int], dict[int, int]]:
     """(replicas per GEMM layer, splits per vector layer / reduce step) by water-filling. With
     `noc` (the NoC dataflow follows), a layer fed core to core puts no load on global memory and
-    any other reads its input rows once through line buffers."""
+    any other reads its input rows once through line buffers. With `fill_scale`, the crossbars
+    between `budget_scale` and `fill_scale` of the chip's then buy replicas of the slowest layer,
+    one at a time, until it no longer fits (`SpatialPlanningPass.fill_slowest`)."""
     fed = noc_edges(sg) if noc else {}
     gemm = {}
     total_work = bus_total = 0.0
@@ -108,6 +111,15 @@ def choose_replication(
         r = reps[i]
         key = -(layer_ns(i, r) - layer_ns(i, r + 1)) / xb if latency else -layer_ns(i, r)
         heapq.heappush(heap, (key, i))
+    if fill_scale is not None and gemm:
+        budget += arch.total_crossbars * (fill_scale - budget_scale)
+        while True:
+            i = max(gemm, key=lambda i: layer_ns(i, reps[i]))
+            _, p, xb, _ = gemm[i]
+            if xb > budget or reps[i] >= p:
+                break
+            reps[i] += 1
+            budget -= xb
     slowest = max([t * math.ceil(p / reps[i]) for i, (t, p, _, _) in gemm.items()], default=0.0)
     # latency: layers overlap by row bands, so a vector layer is split until its nodes take at
     # most a quarter of the slowest GEMM node (the global-memory floor would leave it on one core;
@@ -194,6 +206,8 @@ class SpatialPlanningPass:
     windows: dict[int, tuple[float, float]] | None = field(default=None, compare=False)
     # share of the chip's crossbars replication may buy (raptor.options.CROSSBAR_SHARES_LATENCY)
     crossbar_share: float = 1.0
+    # then spend the rest of the crossbars on replicas of the slowest layer (choose_replication)
+    fill_slowest: bool = False
     name: ClassVar[str] = "spatial-planning"
 
     def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
@@ -203,8 +217,9 @@ class SpatialPlanningPass:
         last_err: PassFailedError | None = None
         fed = noc_edges(sg) if self.chunks and self.noc else None
         for scale in (1.0, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.0):
+            fill = scale if self.fill_slowest else None
             reps, splits = choose_replication(
-                arch, sg, scale * self.crossbar_share, self.latency, self.noc
+                arch, sg, scale * self.crossbar_share, self.latency, self.noc, fill
             )
             chunks = choose_chunks(sg, reps, fed) if fed is not None else {}
             nodes = make_nodes(sg, arch, reps, splits, chunks)
@@ -220,6 +235,7 @@ class SpatialPlanningPass:
                 nodes=place_snake(arch, placed),
                 core_count=arch.core_count,
                 crossbar_share=self.crossbar_share,
+                crossbar_fill=self.fill_slowest,
             )
             out.replication = {sg.layers[i].name: r for i, r in reps.items()}
             return out
