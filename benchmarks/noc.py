@@ -3,8 +3,9 @@
 memory (`--pim-disable-noc-dataflow`, the dataflow before the NoC pass), with the NoC dataflow and
 one contiguous pixel range per replica (`--pim-disable-pixel-chunks --pim-disable-window-packing`),
 with interleaved pixel chunks where they plan shorter (`--pim-disable-window-packing`), with
-chunks and window packing planned with every crossbar (`--pim-crossbar-shares 1`) and with the
-default (the same, also planned with smaller shares of the crossbars in latency mode), simulated
+chunks and window packing planned with every crossbar (`--pim-crossbar-shares 1
+--pim-fill-shares`) and with the default (the same, also planned with smaller shares of the
+crossbars and a fill share in latency mode), simulated
 at full size, with the mean per-core breakdown of the latency (matrix busy, vector, transfer,
 sync stall, recv stall, memory stall), host and NoC bytes per inference, and the machine bounds.
 Writes CSV + PNG.
@@ -36,8 +37,8 @@ STALLS = ("stall_sync_ns", "stall_recv_ns", "stall_memory_ns")
 FLOWS = {
     "host": {"disable_noc_dataflow": True},
     "noc-contiguous": {"disable_pixel_chunks": True, "disable_window_packing": True},
-    "noc-chunks": {"disable_window_packing": True, "crossbar_shares": (1.0,)},
-    "noc-full-share": {"crossbar_shares": (1.0,)},
+    "noc-chunks": {"disable_window_packing": True, "crossbar_shares": (1.0,), "fill_shares": ()},
+    "noc-full-share": {"crossbar_shares": (1.0,), "fill_shares": ()},
     "noc": {},
 }
 
