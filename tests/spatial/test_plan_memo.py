@@ -42,7 +42,9 @@ def _compile(model, opts):
 def test_memo_hit_gives_the_program_of_a_full_comparison(
     tmp_path, monkeypatch, toy, mode, pipeline
 ):
-    """Both toys at 8x8 keep a repacked plan: the hit replays its windows."""
+    """Both toys at 8x8 keep a repacked plan: the hit replays its windows (and toy_resnet's
+    latency plan, bought with 85 % of the crossbars and the rest on its slowest layer, its crossbar
+    share and fill)."""
     model = _cached(tmp_path, toy(hw=8), toy.__name__)
     base = CompileOptions(mode=mode, pipeline=pipeline)
     nosync = CompileOptions(mode=mode, pipeline=pipeline, disable_synchronization=True)
@@ -52,6 +54,10 @@ def test_memo_hit_gives_the_program_of_a_full_comparison(
     recipe = memo.get()
     assert recipe is not None and memo.path.parent == tmp_path / "common" / "plans"
     assert recipe.windows is not None
+    latency = mode == "latency"
+    assert (recipe.crossbar_share, recipe.fill_slowest) == (
+        (0.85, True) if latency else (1.0, False)
+    )
     assert recipe.estimates == fresh_nosync[1]
     trials = []
     monkeypatch.setattr(compiler, "_trial", lambda *a: trials.append(a) or (0.0, None))
@@ -81,7 +87,7 @@ def test_the_key_leaves_out_synchronization_only(tmp_path):
 
 def test_recipe_round_trip_and_unreadable_memo(tmp_path):
     windows = {0: (0.0, 1234.5), 7: (1e-3, 2.0 / 3.0)}
-    r = PlanRecipe(True, windows, {"chunked": 5.0, "chunked@0.9_repacked1": 4.25}, 0.9)
+    r = PlanRecipe(True, windows, {"chunked": 5.0, "chunked@0.85+fill_repacked1": 4.25}, 0.85, True)
     memo = PlanMemo(tmp_path / "plans" / "k.json")
     memo.put(r)
     assert memo.get() == r  # floats and layer keys come back exactly
