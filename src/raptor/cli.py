@@ -12,7 +12,7 @@ from pathlib import Path
 from raptor.errors import RaptorError
 from raptor.options import (
     CROSSBAR_SHARES_LATENCY,
-    FILL_SHARES_LATENCY,
+    FILL_SHARES,
     ROW_GROUP_TILES_LATENCY,
     ROW_SEGMENTS,
     CompileOptions,
@@ -410,8 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Raptor: also plan once for each share S with the rest of the crossbars buying "
         "replicas of the slowest layer, kept likewise when its estimated schedule ends first; "
         "none: no such plan "
-        f"(default: {' '.join(f'{x:g}' for x in FILL_SHARES_LATENCY)} in latency mode, none in "
-        "throughput mode)",
+        f"(default: {' '.join(f'{x:g}' for x in FILL_SHARES)})",
     )
     cp.add_argument(
         "--print-passes",

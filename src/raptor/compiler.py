@@ -173,7 +173,7 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     (`_core_span_ns`). All that runs with replication buying up to the first share of the
     crossbars in `opts.crossbar_shares`; for each further share (in latency mode by default
     raptor.options.CROSSBAR_SHARES_LATENCY, fewer replicas) and each of `opts.fill_shares` (the
-    rest of the crossbars then buying replicas of the slowest layer; FILL_SHARES_LATENCY), the
+    rest of the crossbars then buying replicas of the slowest layer; FILL_SHARES), the
     variant that won (chunks or not) is planned and repacked again, and kept only when it ends
     strictly first. With a `memo` (spatial/plan_memo.py) holding this compile's choice, the
     planning pass runs once, with it; without one, the choice is stored there."""

@@ -28,15 +28,18 @@ ROW_GROUP_TILES_LATENCY = 3
 # 0.909 for a third more planning; the estimate picked the fastest simulated plan of every case.
 CROSSBAR_SHARES_LATENCY = (1.0, 0.9, 0.85)
 
-# Shares after which a planned latency compile also plans once with the rest of the crossbars
+# Shares after which a planned compile (both modes) also plans once with the rest of the crossbars
 # buying replicas of the slowest layer (spatial/planning.py choose_replication, `fill_scale`), kept
-# likewise when its message order ends first. The time cut per crossbar that replication buys by
-# models layers that run one after another; chunks pipeline them, so a slow late layer (googlenet's
-# inception branches) can hold the others up. Measured on the 8 default latency cases: googlenet
-# 15.1 -> 12.8 ms (arch-a) and 15.0 -> 14.0 ms (arch-b); resnet34 arch-b takes it too, misranked
-# by the estimate (29.9 -> 30.2 ms); the other five plan longer with it. Filling after 0.9 and 1
-# as well won nowhere more and misranked resnet34 arch-b at 0.9 instead.
-FILL_SHARES_LATENCY = (0.85,)
+# likewise when its message order ends first (in throughput mode, a repacked one also needs a
+# shorter core span). The time cut per crossbar that replication buys by models layers that run
+# one after another; chunks pipeline them, so a slow late layer (googlenet's inception branches)
+# can hold the others up. Measured on the 8 default latency cases: googlenet 15.1 -> 12.8 ms
+# (arch-a) and 15.0 -> 14.0 ms (arch-b); resnet34 arch-b takes it too, misranked by the estimate
+# (29.9 -> 30.2 ms); the other five plan longer with it. Filling after 0.9 and 1 as well won
+# nowhere more and misranked resnet34 arch-b at 0.9 instead. Throughput pipeline 4: googlenet
+# 57.3 -> 76.7 and 56.2 -> 65.1 inferences/s, vgg8 arch-a 363 -> 384, resnet18 arch-a 71.5 ->
+# 74.9, vgg8 arch-b 336 -> 333 (misranked), the other three unchanged.
+FILL_SHARES = (0.85,)
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class CompileOptions:
     # winning ties; None: CROSSBAR_SHARES_LATENCY in latency mode, (1.0,) in throughput mode
     crossbar_shares: tuple[float, ...] | None = None
     # Raptor: shares after which the rest of the crossbars buys replicas of the slowest layer, one
-    # more candidate plan each; None: FILL_SHARES_LATENCY in latency mode, () in throughput mode
+    # more candidate plan each; None: FILL_SHARES
     fill_shares: tuple[float, ...] | None = None
     compiler: str = "raptor"
     replication: str = "balance"  # pimcomp only: balance | W0H0 | uniform
@@ -95,8 +98,7 @@ class CompileOptions:
                 f"crossbar shares must be distinct numbers in (0, 1], got {list(shares)}"
             )
         if self.fill_shares is None:
-            fills = FILL_SHARES_LATENCY if self.mode == "latency" else ()
-            object.__setattr__(self, "fill_shares", fills)
+            object.__setattr__(self, "fill_shares", FILL_SHARES)
         fills = tuple(float(x) for x in self.fill_shares)
         object.__setattr__(self, "fill_shares", fills)
         if any(not 0.0 < x <= 1.0 for x in fills) or len(set(fills)) < len(fills):

@@ -73,12 +73,11 @@ def test_baseline_passes_and_is_the_reference(ablation):
         assert _validation(case)["max_rel_error"] <= 1e-3
         # every activation edge between cores travels over the NoC (residuals, 1x1 stride-2
         # shortcuts and the classifier included) but residual reads whose producer shares the
-        # consumer's core (the latency plan, kept with a fill share, has 2): only those leave an
-        # activation in host memory and a token in the program
+        # consumer's core (the latency plan, kept with a fill share, has 2): only those carry a
+        # token; what else stays in host memory is read back by the core that stored it
         noc = json.loads((case / "compile_report.json").read_text())["noc_dataflow"]
         residual = noc.get("demoted_units", {}).get("same core residual", 0)
         assert set(noc.get("demoted_units", {})) <= {"same core residual"}
-        assert bool(noc["host_activation_buffers"]) == bool(residual)
         assert _opcodes(case).get("sync", 0) <= residual
 
 
