@@ -230,9 +230,7 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
             sg.notes.plan_estimates_ns[label] = est
             # chunks must be strictly better than contiguous ranges, later replications than the first
             if best is None or est < best.est or (est == best.est and not chunks and k == 0):
-                best = _Candidate(
-                    est, _core_span_ns(first), planned, first, chunks, None, share, fill
-                )
+                best = _Candidate(est, _core_span_ns(first), planned, first, windows=None, **how)
             if chunks and k == 0:
                 chunked_est = est
             if opts.disable_window_packing or (not chunks and est > chunked_est):
@@ -242,7 +240,8 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
                     best = cand
     if memo is not None:
         estimates = dict(sg.notes.plan_estimates_ns)
-        memo.put(PlanRecipe(best.chunks, best.windows, estimates, best.share, best.fill))
+        share, fill = best.crossbar_share, best.fill_slowest
+        memo.put(PlanRecipe(best.chunks, best.windows, estimates, share, fill))
     return best.planned, _synchronized(arch, best.planned, best.first, opts, timed)
 
 
@@ -262,10 +261,10 @@ class _Candidate(NamedTuple):
     span: float
     planned: Any
     first: Any
-    chunks: bool
     windows: dict[int, tuple[float, float]] | None
-    share: float
-    fill: bool
+    chunks: bool
+    crossbar_share: float
+    fill_slowest: bool
 
 
 def _synchronized(arch: Arch, planned, first, opts: CompileOptions, timed: PassTimer):
@@ -355,9 +354,7 @@ def _repack(arch: Arch, sg, passes, at: int, how: dict, first, timed: PassTimer)
         if est >= kept[0]:
             break
         kept = (est, first)
-        chunks, share, fill = how["chunks"], how["crossbar_share"], how["fill_slowest"]
-        span = _core_span_ns(first)
-        out.append(_Candidate(est, span, planned, first, chunks, windows, share, fill))
+        out.append(_Candidate(est, _core_span_ns(first), planned, first, windows=windows, **how))
     return out
 
 

@@ -88,24 +88,27 @@ class CompileOptions:
             raise RaptorError(
                 f"row group tiles must be >= 0 (0: as many as fit one core), got {self.row_group_tiles}"
             )
-        if self.crossbar_shares is None:
-            shares = CROSSBAR_SHARES_LATENCY if self.mode == "latency" else (1.0,)
-            object.__setattr__(self, "crossbar_shares", shares)
-        shares = tuple(float(x) for x in self.crossbar_shares)
-        object.__setattr__(self, "crossbar_shares", shares)
-        if not shares or any(not 0.0 < x <= 1.0 for x in shares) or len(set(shares)) < len(shares):
-            raise RaptorError(
-                f"crossbar shares must be distinct numbers in (0, 1], got {list(shares)}"
-            )
-        if self.fill_shares is None:
-            object.__setattr__(self, "fill_shares", FILL_SHARES)
-        fills = tuple(float(x) for x in self.fill_shares)
-        object.__setattr__(self, "fill_shares", fills)
-        if any(not 0.0 < x <= 1.0 for x in fills) or len(set(fills)) < len(fills):
-            raise RaptorError(f"fill shares must be distinct numbers in (0, 1], got {list(fills)}")
+        crossbar = CROSSBAR_SHARES_LATENCY if self.mode == "latency" else (1.0,)
+        self._set_shares("crossbar", crossbar, empty_ok=False)
+        self._set_shares("fill", FILL_SHARES, empty_ok=True)
         if self.compiler not in ("raptor", "pimcomp"):
             raise RaptorError(f"unknown compiler {self.compiler!r} (raptor or pimcomp)")
         if self.replication not in ("balance", "W0H0", "uniform"):
             raise RaptorError(
                 f"unknown replication {self.replication!r} (balance, W0H0 or uniform)"
+            )
+
+    def _set_shares(self, kind: str, default: tuple[float, ...], empty_ok: bool) -> None:
+        """Set `<kind>_shares` to a tuple of floats (`default` when None); shares must be
+        distinct numbers in (0, 1]."""
+        from raptor.errors import RaptorError
+
+        field_name = f"{kind}_shares"
+        value = getattr(self, field_name)
+        shares = tuple(float(x) for x in (default if value is None else value))
+        object.__setattr__(self, field_name, shares)
+        bad = any(not 0.0 < x <= 1.0 for x in shares) or len(set(shares)) < len(shares)
+        if bad or not (shares or empty_ok):
+            raise RaptorError(
+                f"{kind} shares must be distinct numbers in (0, 1], got {list(shares)}"
             )
