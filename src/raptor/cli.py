@@ -44,8 +44,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     if args.layers:
         from raptor.sim.layers import case_layers, format_layer_rows
 
-        rows, title = case_layers(args.dir, _arch_or_none(args), args.force_target)
-        print(json.dumps(rows, indent=2) if args.json else format_layer_rows(rows, title))
+        rows, title, crit = case_layers(args.dir, _arch_or_none(args), args.force_target)
+        print(json.dumps(rows, indent=2) if args.json else format_layer_rows(rows, title, crit))
         return 0
     from raptor.isa.inspect import inspect_pimdir
 

@@ -13,7 +13,7 @@ from raptor.errors import SimulationError
 from raptor.isa.pimdir import read_pimdir
 from raptor.options import CompileOptions
 from raptor.sim import simulate
-from raptor.sim.layers import format_layer_rows, layer_rows
+from raptor.sim.layers import LAYERS_FORMAT, format_layer_rows, layer_rows
 from raptor.sim.trace import KIND_COUNTER, MVMUL, SYNC, slice_layers
 
 BUSY = ("matrix_busy_ns", "vector_busy_ns", "transfer_busy_ns")
@@ -64,8 +64,8 @@ def test_table_marks_the_bottleneck():
              busy_max_core_ns=5e3, busy_ns=5e3, stall_ns=1e3, start_ns=1e3, end_ns=9e3),
     ]  # fmt: skip
     lines = format_layer_rows(rows).splitlines()
-    assert lines[1].split() == ["a", "2", "2", "1.0", "1.0", "2.0", "4.0", "0.0", "0.0..3.0"]
-    row_b = ["b", "-", "1", "-", "5.0", "5.0", "5.0", "1.0", "1.0..9.0", "<-", "bottleneck"]
+    assert lines[1].split() == ["a", "2", "2", "1.0", "1.0", "2.0", "4.0", "0.0", "-", "0.0..3.0"]
+    row_b = ["b", "-", "1", "-", "5.0", "5.0", "5.0", "1.0", "-", "1.0..9.0", "<-", "bottleneck"]
     assert lines[2].split() == row_b
 
 
@@ -120,4 +120,4 @@ def test_inspect_layers_recomputes_a_layers_json_of_another_format(vgg8_tp, caps
     assert main(["inspect", str(d / "out"), "--layers", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["layer"] == "features.conv0" and "busy_max_node_ns" in rows[0]
-    assert json.loads((d / "out" / "layers.json").read_text())["format"] == 2
+    assert json.loads((d / "out" / "layers.json").read_text())["format"] == LAYERS_FORMAT == 3

@@ -1,7 +1,8 @@
 """Per-layer figures: the compile report's plan (replicas, cores, estimated ns per layer) joined
-with what a traced simulation measured for each layer (busy and stalled time on its cores, and
-when it ran), so the bottleneck layer is one look away. Needs the layer spans that Raptor's
-codegen records in config.json (`layer_spans`)."""
+with what a traced simulation measured for each layer (busy and stalled time on its cores, when
+it ran, and how much of the run's critical path it held: raptor.sim.critical_path), so the
+bottleneck layer is one look away. Needs the layer spans that Raptor's codegen records in
+config.json (`layer_spans`)."""
 
 from __future__ import annotations
 
@@ -13,21 +14,26 @@ from typing import Any
 import numpy as np
 
 from raptor.errors import SimulationError
+from raptor.sim.critical_path import critical_path
 from raptor.sim.trace import KIND_COUNTER, MVMUL, TRACK_STRIDE, VECTOR, slice_spans
 
 _STALL = np.array([c.startswith("stall_") for c in KIND_COUNTER])
 LAYERS_FILE = "layers.json"
-LAYERS_FORMAT = 2  # layers.json of another format is recomputed, never misread
+LAYERS_FORMAT = 3  # layers.json of another format is recomputed, never misread
 
 
-def layer_rows(report, meta: dict, compile_report: dict) -> list[dict[str, Any]]:
+def layer_rows(
+    report, meta: dict, compile_report: dict, path: dict | None = None
+) -> list[dict[str, Any]]:
     """One row per layer in program order. Measured figures are per inference (throughput mode:
     totals over the run / pipeline): busy_max_node_ns is the largest busy time (matrix + vector +
     transfer) of one of the layer's compute nodes, the measured counterpart of the planner's
     estimate (its slowest node); busy_max_core_ns is the same summed per core (a core may hold
     several of the layer's nodes), what bounds a pipeline; busy_ns and stall_ns sum over its
     cores; start_ns/end_ns bound its matrix and vector slices (over all rounds), when it
-    computes."""
+    computes; path_ns is its time on the run's critical path (raptor.sim.critical_path), and
+    path that time by category (None for both when the trace has more than one track per
+    core). `path`: the run's critical path when the caller already has it."""
     spans = meta.get("layer_spans")
     if not spans:
         raise SimulationError(
@@ -56,6 +62,8 @@ def layer_rows(report, meta: dict, compile_report: dict) -> list[dict[str, Any]]
     work = keep & np.isin(s["kind"], (MVMUL, VECTOR))
     np.minimum.at(start, layer[work], s["start"][work])
     np.maximum.at(end, layer[work], s["end"][work])
+    path = critical_path(report, meta) if path is None else path
+    on_path = path["by_layer"] if path is not None else {}
     reps = compile_report.get("replication", {})
     cores = compile_report.get("layer_cores") or _span_cores(spans)
     est = compile_report.get("estimated_layer_ns", {})
@@ -74,6 +82,8 @@ def layer_rows(report, meta: dict, compile_report: dict) -> list[dict[str, Any]]
                 "stall_ns": float(stalls[i]) / rounds,
                 "start_ns": float(start[i]) if ran else None,
                 "end_ns": float(end[i]) if ran else None,
+                "path_ns": sum(on_path.get(name, {}).values()) / rounds if path else None,
+                "path": {k: v / rounds for k, v in on_path.get(name, {}).items()} if path else None,
             }
         )
     return rows
@@ -92,8 +102,11 @@ def _span_cores(spans: dict) -> dict[str, list[int]]:
     return out
 
 
-def format_layer_rows(rows: list[dict[str, Any]], title: str = "") -> str:
-    """The per-layer table as text; the layer with the largest busy time on one core is marked."""
+def format_layer_rows(
+    rows: list[dict[str, Any]], title: str = "", path: dict[str, Any] | None = None
+) -> str:
+    """The per-layer table as text; the layer with the largest busy time on one core is marked.
+    With `path` (raptor.sim.critical_path), a last line breaks the critical path down."""
     top = max(range(len(rows)), key=lambda i: rows[i]["busy_max_core_ns"], default=-1)
     width = max([len(r["layer"]) for r in rows] + [5])
 
@@ -107,7 +120,7 @@ def format_layer_rows(rows: list[dict[str, Any]], title: str = "") -> str:
     lines.append(
         f"{'layer':<{width}} {'replicas':>8} {'cores':>5} {'est. us':>9} {'busy/node us':>12} "
         f"{'busy/core us':>12} "
-        f"{'busy us':>10} {'stall us':>10} {'runs from..to us':>22}"
+        f"{'busy us':>10} {'stall us':>10} {'path us':>9} {'runs from..to us':>22}"
     )
     for i, r in enumerate(rows):
         span = f"{f(r['start_ns'])}..{f(r['end_ns'])}" if r["start_ns"] is not None else "not run"
@@ -115,22 +128,33 @@ def format_layer_rows(rows: list[dict[str, Any]], title: str = "") -> str:
             f"{r['layer']:<{width}} {i_(r['replicas']):>8} {i_(r['cores']):>5} "
             f"{f(r['estimated_ns']):>9} {f(r['busy_max_node_ns']):>12} "
             f"{f(r['busy_max_core_ns']):>12} {f(r['busy_ns']):>10} "
-            f"{f(r['stall_ns']):>10} {span:>22}" + ("  <- bottleneck" if i == top else "")
+            f"{f(r['stall_ns']):>10} {f(r.get('path_ns')):>9} {span:>22}"
+            + ("  <- bottleneck" if i == top else "")
         )
     lines.append(
         "per inference; est.: the planner's estimate of the layer's slowest node; busy/node: the "
         "largest busy time (matrix + vector + transfer) measured on one of its nodes; busy/core: "
         "the same summed per core (a core can hold several nodes); busy, stall: over all its "
-        "cores; runs from..to: first and last matrix/vector slice (over all rounds)"
+        "cores; path: time on the critical path (the chain of work that set the run's end); "
+        "runs from..to: first and last matrix/vector slice (over all rounds)"
     )
+    if path is not None:
+        parts = ", ".join(f"{k} {v / 1e3:.1f}" for k, v in path["by_category"].items() if v)
+        lines.append(
+            f"critical path {path['length_ns'] / 1e3:.1f} us over {path['cores']} cores "
+            f"({path['core_changes']} changes of core), us: {parts}"
+        )
     return "\n".join(lines)
 
 
-def write_layers(case_dir: str | Path, rows: list[dict[str, Any]], sim: dict) -> Path:
-    """layers.json in the case directory (temporary file, then rename)."""
+def write_layers(
+    case_dir: str | Path, rows: list[dict[str, Any]], sim: dict, crit: dict | None = None
+) -> Path:
+    """layers.json in the case directory (temporary file, then rename); `crit`: the run's
+    critical path (raptor.sim.critical_path)."""
     path = Path(case_dir) / LAYERS_FILE
     tmp = path.with_name(f".{path.name}.tmp")
-    data = {"format": LAYERS_FORMAT, "simulation": sim, "layers": rows}
+    data = {"format": LAYERS_FORMAT, "simulation": sim, "layers": rows, "critical_path": crit}
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     os.replace(tmp, path)
     return path
@@ -138,10 +162,11 @@ def write_layers(case_dir: str | Path, rows: list[dict[str, Any]], sim: dict) ->
 
 def case_layers(
     case_dir: str | Path, arch=None, force_target: bool = False
-) -> tuple[list[dict[str, Any]], str]:
+) -> tuple[list[dict[str, Any]], str, dict | None]:
     """The per-layer rows of a compiled case directory (pim/ and compile_report.json): read from
     layers.json when it is newer than the program and of this format, else simulated now (traced, for the mode and
-    pipeline the program was compiled for) and written there. Returns rows and a title."""
+    pipeline the program was compiled for) and written there. Returns rows, a title and the
+    run's critical path (None where it has none)."""
     from raptor.arch import load_arch
     from raptor.isa.pimdir import read_pimdir
     from raptor.sim import simulate
@@ -162,7 +187,7 @@ def case_layers(
         except json.JSONDecodeError:
             data = {}
         if data.get("format") == LAYERS_FORMAT:
-            return data["layers"], _title(data["simulation"])
+            return data["layers"], _title(data["simulation"]), data.get("critical_path")
     prog = read_pimdir(case_dir / "pim")
     meta = prog.meta
     if not meta.get("layer_spans"):
@@ -173,7 +198,8 @@ def case_layers(
         report = simulate(prog, load_arch(meta["arch"]), mode, pipeline, trace=True)
     else:  # the record's target (raptor.isa.target), checked against --arch
         report = simulate(prog, arch, trace=True, force_target=force_target)
-    rows = layer_rows(report, meta, json.loads(rep_path.read_text()))
+    crit = critical_path(report, meta)
+    rows = layer_rows(report, meta, json.loads(rep_path.read_text()), crit)
     sim = {
         "arch": report.target.get("arch", meta.get("arch")) if report.target else meta["arch"],
         "mode": report.mode,
@@ -181,8 +207,8 @@ def case_layers(
         "latency_ns": report.latency_ns,
         "throughput_per_s": report.throughput_per_s,
     }
-    write_layers(case_dir, rows, sim)
-    return rows, _title(sim)
+    write_layers(case_dir, rows, sim, crit)
+    return rows, _title(sim), crit
 
 
 def _title(sim: dict) -> str:

@@ -164,16 +164,18 @@ def run_compiler(spec: CaseSpec, compiler: str, log: io.StringIO) -> CompilerRes
 
 def _write_trace(sim, meta: dict, report: dict, out: Path, log: io.StringIO) -> None:
     """--trace: trace.json, timeline.png and (Raptor programs) layers.json beside sim_report.json."""
+    from raptor.sim.critical_path import critical_path
     from raptor.sim.layers import format_layer_rows, layer_rows, write_layers
     from raptor.sim.timeline import save_trace
 
     log.write(save_trace(sim, meta, out / "trace.json", out / "timeline.png") + "\n")
     if meta.get("layer_spans"):
-        rows = layer_rows(sim, meta, report)
+        crit = critical_path(sim, meta)
+        rows = layer_rows(sim, meta, report, crit)
         info = {"arch": meta.get("arch"), "mode": sim.mode, "pipeline": sim.pipeline}
         info.update(latency_ns=sim.latency_ns, throughput_per_s=sim.throughput_per_s)
-        write_layers(out, rows, info)
-        log.write(format_layer_rows(rows) + "\n")
+        write_layers(out, rows, info, crit)
+        log.write(format_layer_rows(rows, path=crit) + "\n")
 
 
 def _sweep_stale_temps(out: Path) -> None:

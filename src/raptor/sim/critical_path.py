@@ -1,0 +1,204 @@
+"""The critical path of a traced run: the chain of work that set its latency, walked back from
+the last instruction to time 0.
+
+From the slice that ends last, the walk steps back along its core. Time a core spent working is
+put on the path (its layer, its category: CATEGORIES). A stall is time
+the core waited for another, so the walk leaves the core there for the one it waited on and
+keeps the time:
+
+* a recv stall before a recv: for the sender (the flow into that recv),
+* a recv stall before a send (pimsim-nn's rendezvous: the send waits for its receiver): for the
+  receiver, unless the receiver was itself already waiting at its recv; the stall is then the
+  rendezvous' own request and ready flits, queued behind what the sender's switch still ships
+  (`send wait`),
+* a sync stall: for the core whose sync released the wait.
+
+A memory stall (the global-memory queue) stays on the core: it is waiting for the machine, not
+for another core's program. Cycles between two slices of a core (dispatch, retire) are `other`.
+Every nanosecond of the latency is thus put on exactly one layer and category, and the layer
+table (raptor.sim.layers) shows how much of the latency each layer held: a layer that is long
+on the path but busy on few of its cores for the rest of the run bounds the run.
+
+Needs one track per core (rob_size 1, the value of every shipped architecture): with more
+instructions in flight per core the chain through a core is not one sequence of slices.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from raptor.sim.trace import (
+    FLOW_SEND,
+    FLOW_SYNC,
+    LD,
+    LOCAL,
+    MVMUL,
+    RECV,
+    SEND,
+    ST,
+    STALL_MEMORY,
+    STALL_RECV,
+    STALL_SYNC,
+    SYNC,
+    TRACK_STRIDE,
+    VECTOR,
+    WAIT,
+    slice_spans,
+)
+
+CATEGORIES = (
+    "matrix",  # mvmul
+    "vector",  # vector instructions
+    "send",
+    "recv",
+    "send wait",  # a send stalled with its receiver already waiting: request and ready flits,
+    # behind the messages its switch still ships
+    "local",  # lldi/lmv, sync, wait
+    "memory",  # ld/st through the global memory
+    "memory stall",  # waiting for the global-memory queue
+    "other",  # cycles between slices, and waits whose releaser the trace does not name
+)
+# category index of every slice kind (raptor.sim.trace kinds; stalls are resolved by the walk)
+_KIND_CAT = {
+    MVMUL: 0,
+    VECTOR: 1,
+    SEND: 2,
+    RECV: 3,
+    LOCAL: 5,
+    SYNC: 5,
+    WAIT: 5,
+    LD: 6,
+    ST: 6,
+    STALL_MEMORY: 7,
+}
+_EPS = 1e-6
+_STALLS = np.zeros(16, bool)
+_STALLS[[STALL_RECV, STALL_SYNC, STALL_MEMORY]] = True
+
+
+class _Track:
+    """One track's slices (sorted by start) for `last_before` lookups."""
+
+    def __init__(self, idx: np.ndarray, s: np.ndarray):
+        self.idx = idx
+        self.start = s["start"][idx]
+
+    def last_before(self, t: float) -> int:
+        """Index (into the whole slice array) of the last slice starting before t, or -1."""
+        k = int(np.searchsorted(self.start, t - _EPS, side="left")) - 1
+        return int(self.idx[k]) if k >= 0 else -1
+
+
+class _Flows:
+    """Flow ends of one kind by the track they start or end on, sorted by time."""
+
+    def __init__(self, flows: np.ndarray, track_col: str, time_col: str, other_col: str):
+        self.by: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        if not len(flows):
+            return
+        order = np.lexsort((flows[time_col], flows[track_col]))
+        f = flows[order]
+        tracks, first = np.unique(f[track_col], return_index=True)
+        bounds = list(first) + [len(f)]
+        for k, tr in enumerate(tracks):
+            a, b = bounds[k], bounds[k + 1]
+            self.by[int(tr)] = (f[time_col][a:b], f[other_col][a:b])
+
+    def partner(self, track: int, lo: float, hi: float) -> int:
+        """The other end's track of a flow end on `track` inside [lo, hi], or -1."""
+        got = self.by.get(track)
+        if got is None:
+            return -1
+        times, other = got
+        k = int(np.searchsorted(times, lo - _EPS, side="left"))
+        return int(other[k]) if k < len(times) and times[k] <= hi + _EPS else -1
+
+
+_FLOW_DTYPE = np.dtype(
+    [("kind", "<i4"), ("src", "<i8"), ("src_ns", "<f8"), ("dst", "<i8"), ("dst_ns", "<f8")]
+)
+
+
+def critical_path(report: Any, meta: dict) -> dict[str, Any] | None:
+    """The critical path of a traced run (module docstring): `length_ns` (the latency the walk
+    covered, the run's end), `by_layer` (layer name -> category -> ns; "-" for instructions
+    outside any layer), `by_category` (category -> ns), `core_changes` (how often the path
+    moved to another core) and `cores` (distinct cores on it). None when the run was not
+    traced or has more than one track per core."""
+    tr = getattr(report, "trace", None)
+    if tr is None:
+        return None
+    s = tr.arrays()
+    if not len(s) or (s["track"] >= TRACK_STRIDE).any():
+        return None
+    layer, _ = slice_spans(s, meta)
+    names = list((meta.get("layer_spans") or {}).get("layers", []))
+    flows = np.array([tuple(f) for f in tr.flows], dtype=_FLOW_DTYPE)
+    sends = flows[flows["kind"] == FLOW_SEND]
+    syncs = flows[flows["kind"] == FLOW_SYNC]
+    into = _Flows(sends, "dst", "dst_ns", "src")  # a recv's sender
+    out_of = _Flows(sends, "src", "src_ns", "dst")  # a send's receiver
+    released = _Flows(syncs, "dst", "dst_ns", "src")  # a wait's sync
+    tracks_sorted = s["track"]
+    uniq, first = np.unique(tracks_sorted, return_index=True)
+    bounds = list(first) + [len(s)]
+    tracks = {int(t): _Track(np.arange(bounds[k], bounds[k + 1]), s) for k, t in enumerate(uniq)}
+
+    acc = np.zeros((len(names) + 1, len(CATEGORIES)))  # last row: outside any layer
+    other = CATEGORIES.index("other")
+    last = int(np.argmax(s["end"]))
+    track, t = int(s["track"][last]), float(s["end"][last])
+    end = t
+    changes, hops, seen = 0, 0, {track}
+    while t > _EPS:
+        i = tracks[track].last_before(t)
+        if i < 0:  # the core had not started yet: idle before its first instruction
+            acc[-1, other] += t
+            break
+        a, b = float(s["start"][i]), float(s["end"][i])
+        ly = int(layer[i]) if layer[i] >= 0 else -1
+        if b < t - _EPS:  # dispatch and retire cycles between slices
+            acc[ly, other] += t - b
+            t = b
+            continue
+        kind = int(s["kind"][i])
+        partner, sending = -1, False
+        if kind in (STALL_RECV, STALL_SYNC):
+            nxt = i + 1 if i + 1 < len(s) and int(s["track"][i + 1]) == track else -1
+            lo, hi = b, float(s["end"][nxt]) if nxt >= 0 else b
+            if kind == STALL_SYNC:
+                partner = released.partner(track, lo, hi)
+            elif nxt >= 0 and int(s["kind"][nxt]) == RECV:
+                partner = into.partner(track, lo, hi)
+            elif nxt >= 0 and int(s["kind"][nxt]) == SEND:
+                partner, sending = out_of.partner(track, lo, hi), True
+        if partner >= 0 and partner != track and partner in tracks and hops <= len(tracks):
+            j = tracks[partner].last_before(t)
+            waited_on_us = sending and j >= 0 and _STALLS[int(s["kind"][j])]
+            if not waited_on_us:
+                track = partner  # the waited-on core, at the same time
+                changes += 1
+                hops += 1
+                seen.add(track)
+                continue
+        hops = 0
+        if sending and partner >= 0:
+            cat = CATEGORIES.index("send wait")  # its receiver was already waiting for it
+        else:
+            cat = _KIND_CAT.get(kind, other)
+        acc[ly, cat] += t - a
+        t = a
+    by_layer: dict[str, dict[str, float]] = {}
+    for k in range(len(acc)):
+        if acc[k].any():
+            name = names[k] if k < len(names) else "-"
+            by_layer[name] = {c: float(v) for c, v in zip(CATEGORIES, acc[k]) if v}
+    return {
+        "length_ns": end,
+        "by_layer": by_layer,
+        "by_category": {c: float(v) for c, v in zip(CATEGORIES, acc.sum(axis=0))},
+        "core_changes": changes,
+        "cores": len(seen),
+    }
