@@ -7,8 +7,9 @@ chunks and window packing planned with every crossbar (`--pim-crossbar-shares 1
 --pim-fill-shares`) and with the default (the same, also planned with smaller shares of the
 crossbars and a fill share in latency mode), simulated
 at full size, with the mean per-core breakdown of the latency (matrix busy, vector, transfer,
-sync stall, recv stall, memory stall), host and NoC bytes per inference, and the machine bounds.
-Writes CSV + PNG.
+sync stall, recv stall, memory stall), the critical path of the run by category
+(raptor.sim.critical_path: `path_*`, shares of the latency), host and NoC bytes per inference,
+and the machine bounds. Writes CSV + PNG.
 
     .venv/bin/python benchmarks/noc.py [--models vgg8 resnet18 resnet34 googlenet]
         [--archs arch-a] [--mode latency|throughput] [--dataflows host noc-contiguous ...]
@@ -29,11 +30,20 @@ from raptor.figures import save_figure
 from raptor.models import build_model
 from raptor.options import CompileOptions
 from raptor.sim import simulate
+from raptor.sim.critical_path import critical_path
 from raptor.suite.runner import write_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARES = ("matrix_busy_ns", "vector_busy_ns", "transfer_busy_ns")
 STALLS = ("stall_sync_ns", "stall_recv_ns", "stall_memory_ns")
+# critical-path columns (shares of the path, which is the run's end) and their categories
+PATH = {
+    "matrix": ("matrix",),
+    "vector": ("vector",),
+    "transfer": ("send", "recv", "local"),
+    "send_wait": ("send wait",),
+    "memory": ("memory", "memory stall"),
+}
 FLOWS = {
     "host": {"disable_noc_dataflow": True},
     "noc-contiguous": {"disable_pixel_chunks": True, "disable_window_packing": True},
@@ -51,8 +61,9 @@ def measure(model, arch, opts: CompileOptions, seed: int = 0) -> dict[str, str]:
     name = model.graph.input[0].name
     shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     ins = [{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(opts.pipeline)]
-    rep = simulate(res.program, arch, opts.mode, opts.pipeline, ins)
+    rep = simulate(res.program, arch, opts.mode, opts.pipeline, ins, trace=True)
     t2 = time.perf_counter()
+    path = critical_path(rep, res.program.meta)
     used = [c for c in rep.per_core if c.instructions]
     lat = rep.latency_ns
     row = {
@@ -69,6 +80,9 @@ def measure(model, arch, opts: CompileOptions, seed: int = 0) -> dict[str, str]:
     }
     for k in SHARES + STALLS:
         row[k.replace("_ns", "")] = f"{100 * np.mean([getattr(c, k) for c in used]) / lat:.1f}"
+    cats = path["by_category"]
+    for col, keys in PATH.items():
+        row[f"path_{col}"] = f"{100 * sum(cats[k] for k in keys) / path['length_ns']:.1f}"
     return row
 
 
@@ -99,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 print(
                     f"{name}/{a}/{dataflow}: {row['latency_ms']} ms, matrix {row['matrix_busy']}%"
-                    f", sync {row['stall_sync']}%, recv {row['stall_recv']}%, host {row['host_mb']}"
+                    f", sync {row['stall_sync']}%, recv {row['stall_recv']}%, path matrix "
+                    f"{row['path_matrix']}%, host {row['host_mb']}"
                     f" MB, NoC {row['noc_mb']} MB ({row['compile_s']} s + {row['simulate_s']} s)",
                     flush=True,
                 )
@@ -117,7 +132,7 @@ def _chart(rows: list[dict[str, str]], path: Path, flows: list[str]) -> None:
     import matplotlib.pyplot as plt
 
     cases = sorted({(r["model"], r["arch"]) for r in rows}, key=lambda c: (c[1], c[0]))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(18, 4.8))
     x = np.arange(len(cases))
     w = 0.8 / len(flows)
     for i, flow in enumerate(flows):
@@ -138,12 +153,22 @@ def _chart(rows: list[dict[str, str]], path: Path, flows: list[str]) -> None:
                 label=k.replace("_", " ") if i == len(flows) - 1 else None,
             )
             bottom += v
+    last = {(r["model"], r["arch"]): r for r in rows if r["dataflow"] == flows[-1]}
+    bottom = np.zeros(len(cases))
+    for k, color in zip(PATH, ("g", "c", "orange", "r", "m")):
+        v = np.array([float(last[c][f"path_{k}"]) for c in cases])
+        ax3.bar(x, v, 0.6, bottom=bottom, color=color, label=k.replace("_", " "))
+        bottom += v
     labels = [f"{m}\n{a}" for m, a in cases]
-    ax1.set_xticks(x, labels)
+    ax3.set_xticks(x, labels, fontsize=8)
+    ax3.set_ylabel("% of the critical path (= latency)")
+    ax3.set_title(f"critical path by category\n{flows[-1]}")
+    ax3.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.15))
+    ax1.set_xticks(x, labels, fontsize=8)
     ax1.set_ylabel("latency (ms)")
     ax1.set_title("Raptor latency by dataflow:\n" + ", ".join(flows))
     ax1.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.15))
-    ax2.set_xticks(x, labels)
+    ax2.set_xticks(x, labels, fontsize=8)
     ax2.set_ylabel("% of latency (mean over used cores)")
     ax2.set_title("per-core breakdown, bars left to right (lighter: earlier)\n" + ", ".join(flows))
     ax2.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.15))

@@ -24,6 +24,7 @@ from raptor.sim.trace import (
     STALL_MEMORY,
     STALL_RECV,
     STALL_SYNC,
+    SYNC,
     TRACK_STRIDE,
     VECTOR,
     WAIT,
@@ -112,16 +113,18 @@ def test_sync_stalls_follow_the_sync_and_memory_stalls_stay():
         [
             (0, STALL_MEMORY, 0, 40, 1),
             (0, MVMUL, 40, 200, 2),
-            (0, WAIT, 200, 201, 3),
+            (0, SYNC, 200, 201, 3),
             (1, STALL_SYNC, 0, 201, 1),
             (1, WAIT, 201, 202, 1),
             (1, VECTOR, 202, 260, 2),
         ],
-        [(FLOW_SYNC, 0, 200, 1, 201)],
+        [(FLOW_SYNC, 0, 200, 1, 100)],  # the engine ends the flow inside the stall
     )
     p = critical_path(rep, META)
-    assert p["by_layer"]["conv"] == {"memory stall": 40.0, "matrix": 160.0, "local": 1.0}
-    assert p["by_layer"]["fc"] == {"local": 1.0, "vector": 58.0}
+    # from the sync's time (200) on: the 1 ns the sync flit took is the waiting layer's
+    assert p["by_layer"]["conv"] == {"memory stall": 40.0, "matrix": 160.0}
+    assert p["by_layer"]["fc"] == {"local": 2.0, "vector": 58.0}
+    assert p["core_changes"] == 1
 
 
 def test_untraced_runs_and_several_tracks_per_core_have_no_path():
@@ -174,3 +177,5 @@ def test_throughput_runs_report_the_path_per_inference(vgg8_tp):
     on_path = sum(r["path_ns"] for r in rows)
     outside = sum(p["by_layer"].get("-", {}).values())
     assert on_path * rep.pipeline + outside == pytest.approx(p["length_ns"], rel=1e-9)
+    # its host-memory dataflow orders rows by sync/wait: the walk follows every released wait
+    assert p["by_category"]["other"] < 0.01 * p["length_ns"]

@@ -11,7 +11,8 @@ keeps the time:
   receiver, unless the receiver was itself already waiting at its recv; the stall is then the
   rendezvous' own request and ready flits, queued behind what the sender's switch still ships
   (`send wait`),
-* a sync stall: for the core whose sync released the wait.
+* a sync stall: for the core whose sync released the wait, at the time of that sync (the
+  sync flit's way to the waiting core is `local`).
 
 A memory stall (the global-memory queue) stays on the core: it is waiting for the machine, not
 for another core's program. Cycles between two slices of a core (dispatch, retire) are `other`.
@@ -94,8 +95,10 @@ class _Track:
 class _Flows:
     """Flow ends of one kind by the track they start or end on, sorted by time."""
 
-    def __init__(self, flows: np.ndarray, track_col: str, time_col: str, other_col: str):
-        self.by: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    def __init__(
+        self, flows: np.ndarray, track_col: str, time_col: str, other_col: str, other_time: str
+    ):
+        self.by: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         if not len(flows):
             return
         order = np.lexsort((flows[time_col], flows[track_col]))
@@ -104,16 +107,18 @@ class _Flows:
         bounds = list(first) + [len(f)]
         for k, tr in enumerate(tracks):
             a, b = bounds[k], bounds[k + 1]
-            self.by[int(tr)] = (f[time_col][a:b], f[other_col][a:b])
+            self.by[int(tr)] = (f[time_col][a:b], f[other_col][a:b], f[other_time][a:b])
 
-    def partner(self, track: int, lo: float, hi: float) -> int:
-        """The other end's track of a flow end on `track` inside [lo, hi], or -1."""
+    def partner(self, track: int, lo: float, hi: float) -> tuple[int, float]:
+        """(track, time) of the other end of a flow end on `track` inside [lo, hi], or (-1, 0)."""
         got = self.by.get(track)
         if got is None:
-            return -1
-        times, other = got
+            return -1, 0.0
+        times, other, when = got
         k = int(np.searchsorted(times, lo - _EPS, side="left"))
-        return int(other[k]) if k < len(times) and times[k] <= hi + _EPS else -1
+        if k < len(times) and times[k] <= hi + _EPS:
+            return int(other[k]), float(when[k])
+        return -1, 0.0
 
 
 _FLOW_DTYPE = np.dtype(
@@ -138,16 +143,16 @@ def critical_path(report: Any, meta: dict) -> dict[str, Any] | None:
     flows = np.array([tuple(f) for f in tr.flows], dtype=_FLOW_DTYPE)
     sends = flows[flows["kind"] == FLOW_SEND]
     syncs = flows[flows["kind"] == FLOW_SYNC]
-    into = _Flows(sends, "dst", "dst_ns", "src")  # a recv's sender
-    out_of = _Flows(sends, "src", "src_ns", "dst")  # a send's receiver
-    released = _Flows(syncs, "dst", "dst_ns", "src")  # a wait's sync
+    into = _Flows(sends, "dst", "dst_ns", "src", "src_ns")  # a recv's sender
+    out_of = _Flows(sends, "src", "src_ns", "dst", "dst_ns")  # a send's receiver
+    released = _Flows(syncs, "dst", "dst_ns", "src", "src_ns")  # a wait's sync
     tracks_sorted = s["track"]
     uniq, first = np.unique(tracks_sorted, return_index=True)
     bounds = list(first) + [len(s)]
     tracks = {int(t): _Track(np.arange(bounds[k], bounds[k + 1]), s) for k, t in enumerate(uniq)}
 
     acc = np.zeros((len(names) + 1, len(CATEGORIES)))  # last row: outside any layer
-    other = CATEGORIES.index("other")
+    other, local = CATEGORIES.index("other"), CATEGORIES.index("local")
     last = int(np.argmax(s["end"]))
     track, t = int(s["track"][last]), float(s["end"][last])
     end = t
@@ -165,15 +170,21 @@ def critical_path(report: Any, meta: dict) -> dict[str, Any] | None:
             continue
         kind = int(s["kind"][i])
         partner, sending = -1, False
-        if kind in (STALL_RECV, STALL_SYNC):
+        if kind == STALL_SYNC:  # the flow ends inside the stall itself, from the sync's time
+            partner, when = released.partner(track, a, b)
+            if partner >= 0 and partner != track and partner in tracks and a < when < t:
+                acc[ly, local] += t - when  # the sync's flit on its way
+                track, t = partner, when
+                changes += 1
+                seen.add(track)
+                continue
+        elif kind == STALL_RECV:
             nxt = i + 1 if i + 1 < len(s) and int(s["track"][i + 1]) == track else -1
             lo, hi = b, float(s["end"][nxt]) if nxt >= 0 else b
-            if kind == STALL_SYNC:
-                partner = released.partner(track, lo, hi)
-            elif nxt >= 0 and int(s["kind"][nxt]) == RECV:
-                partner = into.partner(track, lo, hi)
+            if nxt >= 0 and int(s["kind"][nxt]) == RECV:
+                partner = into.partner(track, lo, hi)[0]
             elif nxt >= 0 and int(s["kind"][nxt]) == SEND:
-                partner, sending = out_of.partner(track, lo, hi), True
+                partner, sending = out_of.partner(track, lo, hi)[0], True
         if partner >= 0 and partner != track and partner in tracks and hops <= len(tracks):
             j = tracks[partner].last_before(t)
             waited_on_us = sending and j >= 0 and _STALLS[int(s["kind"][j])]
