@@ -158,10 +158,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.trace:
         from raptor.isa.pimdir import read_config
         from raptor.sim import find_pimdir
+        from raptor.sim.critical_path import critical_path, format_path
         from raptor.sim.timeline import save_trace
 
         meta = read_config(find_pimdir(args.dir)).get("raptor", {})
-        print(save_trace(report, meta, args.trace), file=sys.stderr if args.json else sys.stdout)
+        out = sys.stderr if args.json else sys.stdout
+        print(save_trace(report, meta, args.trace), file=out)
+        path = critical_path(report, meta)
+        if path is not None:
+            print(format_path(path), file=out)
     return 0
 
 

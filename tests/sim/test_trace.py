@@ -277,7 +277,9 @@ def test_cli_trace_writes_json_and_png(vgg8_tp, tmp_path, capsys):
     out = tmp_path / "sub" / "t.json"
     argv = ["simulate", str(d / "out"), "--arch", "arch-a", "--mode", "throughput"]
     assert main(argv + ["--pipeline", "2", "--trace", str(out)]) == 0
-    assert f"trace: {out}" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"trace: {out}" in printed
+    assert printed.splitlines()[-1].startswith("critical path ") and " us: matrix " in printed
     validate_trace_events(json.loads(out.read_text()))
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert read_config(d / "out" / "pim")["raptor"]["layer_spans"]["layers"]

@@ -213,3 +213,12 @@ def critical_path(report: Any, meta: dict) -> dict[str, Any] | None:
         "core_changes": changes,
         "cores": len(seen),
     }
+
+
+def format_path(path: dict[str, Any]) -> str:
+    """One line: the critical path's length, its cores and its time by category (us)."""
+    parts = ", ".join(f"{k} {v / 1e3:.1f}" for k, v in path["by_category"].items() if v)
+    return (
+        f"critical path {path['length_ns'] / 1e3:.1f} us over {path['cores']} cores "
+        f"({path['core_changes']} changes of core), us: {parts}"
+    )

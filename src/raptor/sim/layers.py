@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from raptor.errors import SimulationError
-from raptor.sim.critical_path import critical_path
+from raptor.sim.critical_path import critical_path, format_path
 from raptor.sim.trace import KIND_COUNTER, MVMUL, TRACK_STRIDE, VECTOR, slice_spans
 
 _STALL = np.array([c.startswith("stall_") for c in KIND_COUNTER])
@@ -139,11 +139,7 @@ def format_layer_rows(
         "runs from..to: first and last matrix/vector slice (over all rounds)"
     )
     if path is not None:
-        parts = ", ".join(f"{k} {v / 1e3:.1f}" for k, v in path["by_category"].items() if v)
-        lines.append(
-            f"critical path {path['length_ns'] / 1e3:.1f} us over {path['cores']} cores "
-            f"({path['core_changes']} changes of core), us: {parts}"
-        )
+        lines.append(format_path(path))
     return "\n".join(lines)
 
 
