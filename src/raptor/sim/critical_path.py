@@ -61,22 +61,32 @@ CATEGORIES = (
     "memory stall",  # waiting for the global-memory queue
     "other",  # cycles between slices, and waits whose releaser the trace does not name
 )
-# category index of every slice kind (raptor.sim.trace kinds; stalls are resolved by the walk)
+# category of every slice kind (raptor.sim.trace kinds; stalls are resolved by the walk)
 _KIND_CAT = {
-    MVMUL: 0,
-    VECTOR: 1,
-    SEND: 2,
-    RECV: 3,
-    LOCAL: 5,
-    SYNC: 5,
-    WAIT: 5,
-    LD: 6,
-    ST: 6,
-    STALL_MEMORY: 7,
+    kind: CATEGORIES.index(cat)
+    for kind, cat in (
+        (MVMUL, "matrix"),
+        (VECTOR, "vector"),
+        (SEND, "send"),
+        (RECV, "recv"),
+        (LOCAL, "local"),
+        (SYNC, "local"),
+        (WAIT, "local"),
+        (LD, "memory"),
+        (ST, "memory"),
+        (STALL_MEMORY, "memory stall"),
+    )
 }
+_OTHER, _LOCAL, _SEND_WAIT = (CATEGORIES.index(c) for c in ("other", "local", "send wait"))
+_STALLS = frozenset((STALL_RECV, STALL_SYNC, STALL_MEMORY))
 _EPS = 1e-6
-_STALLS = np.zeros(16, bool)
-_STALLS[[STALL_RECV, STALL_SYNC, STALL_MEMORY]] = True
+
+
+def _groups(keys: np.ndarray) -> list[tuple[int, int, int]]:
+    """(key, first, end) of every run of equal values in sorted `keys`."""
+    uniq, first = np.unique(keys, return_index=True)
+    ends = list(first[1:]) + [len(keys)]
+    return [(int(k), int(a), int(b)) for k, a, b in zip(uniq, first, ends)]
 
 
 class _Track:
@@ -101,13 +111,9 @@ class _Flows:
         self.by: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         if not len(flows):
             return
-        order = np.lexsort((flows[time_col], flows[track_col]))
-        f = flows[order]
-        tracks, first = np.unique(f[track_col], return_index=True)
-        bounds = list(first) + [len(f)]
-        for k, tr in enumerate(tracks):
-            a, b = bounds[k], bounds[k + 1]
-            self.by[int(tr)] = (f[time_col][a:b], f[other_col][a:b], f[other_time][a:b])
+        f = flows[np.lexsort((flows[time_col], flows[track_col]))]
+        for tr, a, b in _groups(f[track_col]):
+            self.by[tr] = (f[time_col][a:b], f[other_col][a:b], f[other_time][a:b])
 
     def partner(self, track: int, lo: float, hi: float) -> tuple[int, float]:
         """(track, time) of the other end of a flow end on `track` inside [lo, hi], or (-1, 0)."""
@@ -140,19 +146,15 @@ def critical_path(report: Any, meta: dict) -> dict[str, Any] | None:
         return None
     layer, _ = slice_spans(s, meta)
     names = list((meta.get("layer_spans") or {}).get("layers", []))
-    flows = np.array([tuple(f) for f in tr.flows], dtype=_FLOW_DTYPE)
+    flows = np.array(tr.flows, dtype=_FLOW_DTYPE)
     sends = flows[flows["kind"] == FLOW_SEND]
     syncs = flows[flows["kind"] == FLOW_SYNC]
     into = _Flows(sends, "dst", "dst_ns", "src", "src_ns")  # a recv's sender
     out_of = _Flows(sends, "src", "src_ns", "dst", "dst_ns")  # a send's receiver
     released = _Flows(syncs, "dst", "dst_ns", "src", "src_ns")  # a wait's sync
-    tracks_sorted = s["track"]
-    uniq, first = np.unique(tracks_sorted, return_index=True)
-    bounds = list(first) + [len(s)]
-    tracks = {int(t): _Track(np.arange(bounds[k], bounds[k + 1]), s) for k, t in enumerate(uniq)}
+    tracks = {t: _Track(np.arange(a, b), s) for t, a, b in _groups(s["track"])}  # s: by track
 
     acc = np.zeros((len(names) + 1, len(CATEGORIES)))  # last row: outside any layer
-    other, local = CATEGORIES.index("other"), CATEGORIES.index("local")
     last = int(np.argmax(s["end"]))
     track, t = int(s["track"][last]), float(s["end"][last])
     end = t
@@ -160,12 +162,12 @@ def critical_path(report: Any, meta: dict) -> dict[str, Any] | None:
     while t > _EPS:
         i = tracks[track].last_before(t)
         if i < 0:  # the core had not started yet: idle before its first instruction
-            acc[-1, other] += t
+            acc[-1, _OTHER] += t
             break
         a, b = float(s["start"][i]), float(s["end"][i])
         ly = int(layer[i]) if layer[i] >= 0 else -1
         if b < t - _EPS:  # dispatch and retire cycles between slices
-            acc[ly, other] += t - b
+            acc[ly, _OTHER] += t - b
             t = b
             continue
         kind = int(s["kind"][i])
@@ -173,7 +175,7 @@ def critical_path(report: Any, meta: dict) -> dict[str, Any] | None:
         if kind == STALL_SYNC:  # the flow ends inside the stall itself, from the sync's time
             partner, when = released.partner(track, a, b)
             if partner >= 0 and partner != track and partner in tracks and a < when < t:
-                acc[ly, local] += t - when  # the sync's flit on its way
+                acc[ly, _LOCAL] += t - when  # the sync's flit on its way
                 track, t = partner, when
                 changes += 1
                 seen.add(track)
@@ -187,7 +189,7 @@ def critical_path(report: Any, meta: dict) -> dict[str, Any] | None:
                 partner, sending = out_of.partner(track, lo, hi)[0], True
         if partner >= 0 and partner != track and partner in tracks and hops <= len(tracks):
             j = tracks[partner].last_before(t)
-            waited_on_us = sending and j >= 0 and _STALLS[int(s["kind"][j])]
+            waited_on_us = sending and j >= 0 and int(s["kind"][j]) in _STALLS
             if not waited_on_us:
                 track = partner  # the waited-on core, at the same time
                 changes += 1
@@ -196,9 +198,9 @@ def critical_path(report: Any, meta: dict) -> dict[str, Any] | None:
                 continue
         hops = 0
         if sending and partner >= 0:
-            cat = CATEGORIES.index("send wait")  # its receiver was already waiting for it
+            cat = _SEND_WAIT  # its receiver was already waiting for it
         else:
-            cat = _KIND_CAT.get(kind, other)
+            cat = _KIND_CAT.get(kind, _OTHER)
         acc[ly, cat] += t - a
         t = a
     by_layer: dict[str, dict[str, float]] = {}
