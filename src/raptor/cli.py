@@ -41,11 +41,27 @@ def _cmd_arch_export_pimsim(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    if args.layers:
+    if args.layers or args.path:
+        from raptor.errors import SimulationError
+        from raptor.sim.critical_path import format_segments
         from raptor.sim.layers import case_layers, format_layer_rows
 
-        rows, title, crit = case_layers(args.dir, _arch_or_none(args), args.force_target)
-        print(json.dumps(rows, indent=2) if args.json else format_layer_rows(rows, title, crit))
+        option = "--layers" if args.layers else "--path"
+        rows, title, crit = case_layers(args.dir, _arch_or_none(args), args.force_target, option)
+        if args.path and crit is None:
+            raise SimulationError(
+                f"{args.dir}: --path: the run has no critical path: its trace has more than one "
+                "track per core (core.rob_size > 1 keeps several instructions of a core in flight)"
+            )
+        if args.json:  # --layers: the rows; --path: the path; both: both
+            both = {"layers": rows, "critical_path": crit}
+            out = both if args.layers and args.path else rows if args.layers else crit
+            print(json.dumps(out, indent=2))
+            return 0
+        parts = [format_layer_rows(rows, title, crit)] if args.layers else []
+        if args.path:
+            parts.append(format_segments(crit, args.path_min_us * 1e3))
+        print("\n\n".join(parts))
         return 0
     from raptor.isa.inspect import inspect_pimdir
 
@@ -270,6 +286,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="per-layer table of a compiled case directory: the plan (replicas, cores, estimated "
         "ns) joined with measured busy/stall time (simulates once, writes DIR/layers.json; "
         "default: off)",
+    )
+    ins.add_argument(
+        "--path",
+        action="store_true",
+        help="the critical path of a compiled case directory as its chain of cores: one line per "
+        "run of the path on one core and layer, with its interval and largest categories (the "
+        "same traced run and layers.json as --layers; default: off)",
+    )
+    ins.add_argument(
+        "--path-min-us",
+        type=float,
+        default=10.0,
+        metavar="X",
+        help="--path: fold segments shorter than X us into one count/time line (default: 10.0)",
     )
     ins.set_defaults(func=_cmd_inspect)
 

@@ -3,18 +3,22 @@ path must cover the run's end exactly."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from types import SimpleNamespace
 
 import pytest
 
+import raptor.sim
 from raptor.arch import load_arch
+from raptor.cli import main
 from raptor.compiler import compile_to_dir
 from raptor.isa.pimdir import read_pimdir
 from raptor.models import save_model
 from raptor.options import CompileOptions
 from raptor.sim import simulate
-from raptor.sim.critical_path import CATEGORIES, critical_path
-from raptor.sim.layers import format_layer_rows, layer_rows
+from raptor.sim.critical_path import CATEGORIES, critical_path, format_segments
+from raptor.sim.layers import LAYERS_FORMAT, format_layer_rows, layer_rows
 from raptor.sim.trace import (
     FLOW_SEND,
     FLOW_SYNC,
@@ -179,3 +183,206 @@ def test_throughput_runs_report_the_path_per_inference(vgg8_tp):
     assert on_path * rep.pipeline + outside == pytest.approx(p["length_ns"], rel=1e-9)
     # its host-memory dataflow orders rows by sync/wait: the walk follows every released wait
     assert p["by_category"]["other"] < 0.01 * p["length_ns"]
+
+
+def _seg(core, layer, a, b, **cats):
+    return {
+        "core": core,
+        "layer": layer,
+        "start_ns": a,
+        "end_ns": b,
+        "by_category": {k.replace("_", " "): v for k, v in cats.items()},
+    }
+
+
+def test_segments_of_hand_built_paths():
+    # recv stall -> sender: core 0's work, then core 1's
+    rep = _run(
+        [
+            (0, MVMUL, 0, 250, 1),
+            (0, SEND, 250, 300, 2),
+            (1, STALL_RECV, 0, 300, 1),
+            (1, RECV, 300, 310, 1),
+            (1, VECTOR, 310, 350, 2),
+        ],
+        [(FLOW_SEND, 0, 260, 1, 305)],
+    )
+    assert critical_path(rep, META)["segments"] == [
+        _seg(0, "conv", 0.0, 300.0, matrix=250.0, send=50.0),
+        _seg(1, "fc", 300.0, 350.0, recv=10.0, vector=40.0),
+    ]
+    # send wait stays on the sender
+    rep = _run(
+        [
+            (0, MVMUL, 0, 250, 1),
+            (0, STALL_RECV, 250, 280, 2),
+            (0, SEND, 280, 300, 2),
+            (1, STALL_RECV, 0, 300, 1),
+            (1, RECV, 300, 310, 1),
+        ],
+        [(FLOW_SEND, 0, 290, 1, 305)],
+    )
+    assert critical_path(rep, META)["segments"] == [
+        _seg(0, "conv", 0.0, 300.0, matrix=250.0, send=20.0, send_wait=30.0),
+        _seg(1, "fc", 300.0, 310.0, recv=10.0),
+    ]
+    # a sync stall: the releasing core up to its sync, the flit's 1 ns on the waiting core
+    rep = _run(
+        [
+            (0, STALL_MEMORY, 0, 40, 1),
+            (0, MVMUL, 40, 200, 2),
+            (0, SYNC, 200, 201, 3),
+            (1, STALL_SYNC, 0, 201, 1),
+            (1, WAIT, 201, 202, 1),
+            (1, VECTOR, 202, 260, 2),
+        ],
+        [(FLOW_SYNC, 0, 200, 1, 100)],
+    )
+    assert critical_path(rep, META)["segments"] == [
+        _seg(0, "conv", 0.0, 200.0, matrix=160.0, memory_stall=40.0),
+        _seg(1, "fc", 200.0, 260.0, local=2.0, vector=58.0),
+    ]
+
+
+def test_segments_hold_the_idle_start_and_gaps_and_revisits():
+    # one core starting late: idle outside any layer, then its slices and the gap between them
+    p = critical_path(_run([(0, MVMUL, 20, 100, 1), (0, VECTOR, 105, 150, 2)]), META)
+    assert p["segments"] == [
+        _seg(0, "-", 0.0, 20.0, other=20.0),
+        _seg(0, "conv", 20.0, 150.0, matrix=80.0, other=5.0, vector=45.0),
+    ]
+    # core 0 sends to core 1 and waits for its answer: the path leaves core 0 and comes back
+    rep = _run(
+        [
+            (0, MVMUL, 0, 100, 1),
+            (0, SEND, 100, 110, 2),
+            (0, STALL_RECV, 110, 130, 3),
+            (0, RECV, 130, 140, 3),
+            (0, VECTOR, 140, 200, 4),
+            (1, STALL_RECV, 0, 110, 1),
+            (1, RECV, 110, 120, 1),
+            (1, SEND, 120, 130, 2),
+        ],
+        [(FLOW_SEND, 0, 105, 1, 115), (FLOW_SEND, 1, 125, 0, 135)],
+    )
+    p = critical_path(rep, META)
+    assert p["segments"] == [
+        _seg(0, "conv", 0.0, 110.0, matrix=100.0, send=10.0),
+        _seg(1, "fc", 110.0, 130.0, send=10.0, recv=10.0),
+        _seg(0, "conv", 130.0, 200.0, recv=10.0, vector=60.0),
+    ]
+    assert p["core_changes"] == 2 and p["cores"] == 2
+
+
+@pytest.mark.parametrize("case", ["vgg8_latency", "vgg8_tp"])
+def test_the_segments_of_a_real_run_tile_its_path(case, request):
+    run = request.getfixturevalue(case)
+    prog, rep = run[0 if case == "vgg8_latency" else 2], run[-1]
+    p = critical_path(rep, prog.meta)
+    segs = p["segments"]
+    assert segs[0]["start_ns"] == pytest.approx(0.0, abs=1e-6)
+    assert segs[-1]["end_ns"] == p["length_ns"]
+    for prev, g in zip(segs, segs[1:]):
+        assert g["start_ns"] == pytest.approx(prev["end_ns"], abs=1e-6)
+        assert (g["core"], g["layer"]) != (prev["core"], prev["layer"])  # runs are merged
+    for g in segs:
+        assert g["end_ns"] > g["start_ns"]
+        assert sum(g["by_category"].values()) == pytest.approx(g["end_ns"] - g["start_ns"])
+        assert g["layer"] == "-" or g["layer"] in prog.meta["layer_spans"]["layers"]
+    for cat, ns in p["by_category"].items():
+        got = sum(g["by_category"].get(cat, 0.0) for g in segs)
+        assert got == pytest.approx(ns, rel=1e-9, abs=1e-9), cat
+    for name, cats in p["by_layer"].items():  # and per layer
+        on = sum(sum(g["by_category"].values()) for g in segs if g["layer"] == name)
+        assert on == pytest.approx(sum(cats.values()), rel=1e-9)
+    assert len({g["core"] for g in segs}) == p["cores"] > 1
+    moves = sum(a["core"] != b["core"] for a, b in zip(segs, segs[1:]))
+    assert 0 < moves <= p["core_changes"]
+    assert segs[-1]["core"] == int(rep.trace.arrays()["track"][rep.trace.arrays()["end"].argmax()])
+
+
+def test_format_segments_folds_the_short_ones():
+    segs = [
+        _seg(3, "conv", 0.0, 5e3, other=5e3),
+        _seg(7, "conv", 5e3, 60e3, matrix=40e3, vector=10e3, recv=5e3),
+        _seg(2, "fc", 60e3, 62e3, recv=2e3),
+        _seg(2, "a.very.long.layer.name.that.does.not.fit.anywhere", 62e3, 90e3, send_wait=28e3),
+    ]
+    path = {"length_ns": 90e3, "segments": segs}
+    lines = format_segments(path).splitlines()
+    assert lines[0].split()[:7] == ["core", "layer", "start", "us", "end", "us", "us"]
+    assert len(lines) == 1 + 4 + 1 and all(len(ln) < 100 for ln in lines)
+    assert lines[2].split() == [
+        "7",
+        "conv",
+        "5.0",
+        "60.0",
+        "55.0",
+        "matrix",
+        "40.0",
+        "vector",
+        "10.0",
+    ]
+    assert lines[4].split()[5:] == ["send", "wait", "28.0"]  # one category only
+    assert lines[4].split()[1].startswith("..") and lines[4].split()[1].endswith("anywhere")
+    assert lines[-1].startswith("0 of 4 segments folded")
+    lines = format_segments(path, min_ns=10e3).splitlines()
+    assert [ln.split()[0] for ln in lines[1:-1]] == ["7", "2"]
+    assert lines[-1] == (
+        "2 of 4 segments folded (shorter than 10 us): 7.0 us of the path's 90.0 us"
+    )
+    lines = format_segments(path, limit=1).splitlines()  # the longest one, then the rest folded
+    assert [ln.split()[0] for ln in lines[1:-1]] == ["7"]
+    assert lines[-1].startswith("3 of 4 segments folded") and ": 35.0 us of" in lines[-1]
+
+
+def test_inspect_path_prints_the_segments_and_caches_them(vgg8_tp, capsys, monkeypatch):
+    d, _, prog, rep = vgg8_tp
+    out_dir = d / "out"
+    (out_dir / "layers.json").unlink(missing_ok=True)
+    assert main(["inspect", str(out_dir), "--path", "--path-min-us", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    p = critical_path(rep, prog.meta)
+    segs = p["segments"]
+    assert lines[0].split()[:2] == ["core", "layer"]
+    assert len(lines) == len(segs) + 2
+    for ln, g in zip(lines[1:-1], segs):
+        assert ln.split()[:3] == [str(g["core"]), g["layer"], f"{g['start_ns'] / 1e3:.1f}"]
+    assert lines[-1].startswith(f"0 of {len(segs)} segments folded")
+    saved = json.loads((out_dir / "layers.json").read_text())
+    assert saved["format"] == LAYERS_FORMAT and saved["critical_path"] == p
+    # with --layers too, from layers.json: no second simulation
+    monkeypatch.setattr(raptor.sim, "simulate", lambda *a, **k: pytest.fail("simulated again"))
+    assert main(["inspect", str(out_dir), "--layers", "--path"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("per-layer plan and measurement")
+    table = out.split("\n\n")[-1].splitlines()
+    assert table[0].split()[:2] == ["core", "layer"]
+    short = [g for g in segs if g["end_ns"] - g["start_ns"] < 10e3]  # --path-min-us 10
+    assert len(table) == len(segs) - len(short) + 2
+    assert table[-1].startswith(f"{len(short)} of {len(segs)} segments folded (shorter than 10 us)")
+    assert main(["inspect", str(out_dir), "--path", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == p
+
+
+def test_inspect_path_without_a_path_is_one_error_line(vgg8_tp, tmp_path, capsys):
+    assert main(["inspect", str(tmp_path), "--path"]) == 2
+    assert capsys.readouterr().err == (
+        f"raptor: error: {tmp_path}: --path needs a compiled case directory "
+        "(pim/ and compile_report.json)\n"
+    )
+    # a run with several tracks per core (rob_size > 1) leaves layers.json without a path
+    d, _, _, _ = vgg8_tp
+    case = tmp_path / "case"
+    shutil.copytree(d / "out" / "pim", case / "pim")
+    shutil.copy(d / "out" / "compile_report.json", case)
+    sim = {"arch": "arch-a", "mode": "throughput", "pipeline": 2, "latency_ns": 1.0}
+    data = {"format": LAYERS_FORMAT, "simulation": sim, "layers": [], "critical_path": None}
+    (case / "layers.json").write_text(json.dumps(data))
+    assert main(["inspect", str(case), "--path"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"raptor: error: {case}: --path: the run has no critical path: its trace has more than "
+        "one track per core (core.rob_size > 1 keeps several instructions of a core in flight)\n"
+    )

@@ -120,4 +120,4 @@ def test_inspect_layers_recomputes_a_layers_json_of_another_format(vgg8_tp, caps
     assert main(["inspect", str(d / "out"), "--layers", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["layer"] == "features.conv0" and "busy_max_node_ns" in rows[0]
-    assert json.loads((d / "out" / "layers.json").read_text())["format"] == LAYERS_FORMAT == 3
+    assert json.loads((d / "out" / "layers.json").read_text())["format"] == LAYERS_FORMAT == 4

@@ -20,6 +20,10 @@ Every nanosecond of the latency is thus put on exactly one layer and category, a
 table (raptor.sim.layers) shows how much of the latency each layer held: a layer that is long
 on the path but busy on few of its cores for the rest of the run bounds the run.
 
+The path also comes as its chain of cores (`segments`): time-ordered runs of the path on one
+core and one layer, each with its interval and its time by category, which tile [0, length] and
+sum to the totals; `format_segments` prints them as a table (`raptor inspect DIR --path`).
+
 Needs one track per core (rob_size 1, the value of every shipped architecture): with more
 instructions in flight per core the chain through a core is not one sequence of slices.
 """
@@ -136,8 +140,9 @@ def critical_path(report: Any, meta: dict) -> dict[str, Any] | None:
     """The critical path of a traced run (module docstring): `length_ns` (the latency the walk
     covered, the run's end), `by_layer` (layer name -> category -> ns; "-" for instructions
     outside any layer), `by_category` (category -> ns), `core_changes` (how often the path
-    moved to another core) and `cores` (distinct cores on it). None when the run was not
-    traced or has more than one track per core."""
+    moved to another core), `cores` (distinct cores on it) and `segments` (the chain itself,
+    earliest first: runs of the path on one core and layer, `_segments`). None when the run was
+    not traced or has more than one track per core."""
     tr = getattr(report, "trace", None)
     if tr is None:
         return None
@@ -155,6 +160,7 @@ def critical_path(report: Any, meta: dict) -> dict[str, Any] | None:
     tracks = {t: _Track(np.arange(a, b), s) for t, a, b in _groups(s["track"])}  # s: by track
 
     acc = np.zeros((len(names) + 1, len(CATEGORIES)))  # last row: outside any layer
+    pieces: list[tuple[int, int, float, float, int]] = []  # (track, layer, from, to, category)
     last = int(np.argmax(s["end"]))
     track, t = int(s["track"][last]), float(s["end"][last])
     end = t
@@ -163,11 +169,13 @@ def critical_path(report: Any, meta: dict) -> dict[str, Any] | None:
         i = tracks[track].last_before(t)
         if i < 0:  # the core had not started yet: idle before its first instruction
             acc[-1, _OTHER] += t
+            pieces.append((track, -1, 0.0, t, _OTHER))
             break
         a, b = float(s["start"][i]), float(s["end"][i])
         ly = int(layer[i]) if layer[i] >= 0 else -1
         if b < t - _EPS:  # dispatch and retire cycles between slices
             acc[ly, _OTHER] += t - b
+            pieces.append((track, ly, b, t, _OTHER))
             t = b
             continue
         kind = int(s["kind"][i])
@@ -176,6 +184,7 @@ def critical_path(report: Any, meta: dict) -> dict[str, Any] | None:
             partner, when = released.partner(track, a, b)
             if partner >= 0 and partner != track and partner in tracks and a < when < t:
                 acc[ly, _LOCAL] += t - when  # the sync's flit on its way
+                pieces.append((track, ly, when, t, _LOCAL))
                 track, t = partner, when
                 changes += 1
                 seen.add(track)
@@ -202,6 +211,7 @@ def critical_path(report: Any, meta: dict) -> dict[str, Any] | None:
         else:
             cat = _KIND_CAT.get(kind, _OTHER)
         acc[ly, cat] += t - a
+        pieces.append((track, ly, a, t, cat))
         t = a
     by_layer: dict[str, dict[str, float]] = {}
     for k in range(len(acc)):
@@ -214,7 +224,35 @@ def critical_path(report: Any, meta: dict) -> dict[str, Any] | None:
         "by_category": {c: float(v) for c, v in zip(CATEGORIES, acc.sum(axis=0))},
         "core_changes": changes,
         "cores": len(seen),
+        "segments": _segments(pieces, names),
     }
+
+
+def _segments(
+    pieces: list[tuple[int, int, float, float, int]], names: list[str]
+) -> list[dict[str, Any]]:
+    """The walk's pieces (track, layer index or -1, from, to, category; latest first, each
+    ending where the one before it in the list starts) as time-ordered runs on one core and one
+    layer: {"core", "layer" ("-" outside any layer), "start_ns", "end_ns", "by_category"}."""
+    if not pieces:
+        return []
+    track, layer, lo, hi, cat = (np.array(col) for col in zip(*reversed(pieces)))
+    new = np.ones(len(track), dtype=bool)  # the pieces that start a run
+    new[1:] = (track[1:] != track[:-1]) | (layer[1:] != layer[:-1])
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], len(track)) - 1
+    cats = np.zeros((len(first), len(CATEGORIES)))
+    np.add.at(cats, (np.cumsum(new) - 1, cat), hi - lo)
+    return [
+        {
+            "core": int(track[i]),
+            "layer": names[layer[i]] if layer[i] >= 0 else "-",
+            "start_ns": float(lo[i]),
+            "end_ns": float(hi[j]),
+            "by_category": {c: float(v) for c, v in zip(CATEGORIES, row) if v},
+        }
+        for i, j, row in zip(first.tolist(), last.tolist(), cats)
+    ]
 
 
 def format_path(path: dict[str, Any]) -> str:
@@ -224,3 +262,43 @@ def format_path(path: dict[str, Any]) -> str:
         f"critical path {path['length_ns'] / 1e3:.1f} us over {path['cores']} cores "
         f"({path['core_changes']} changes of core), us: {parts}"
     )
+
+
+def format_segments(path: dict[str, Any], min_ns: float = 0.0, limit: int | None = None) -> str:
+    """The critical path's chain of cores as a table, one line per segment (`critical_path`'s
+    `segments`, earliest first): core, layer, start, end and length in us, and its two largest
+    categories. Segments shorter than `min_ns`, and with `limit` all but the `limit` longest,
+    are folded: a last line says how many and how much time they held."""
+    segs = path.get("segments") or []
+    keep = [k for k, g in enumerate(segs) if g["end_ns"] - g["start_ns"] >= min_ns]
+    cut = 0
+    if limit is not None and len(keep) > limit:
+        longest = sorted(keep, key=lambda k: segs[k]["start_ns"] - segs[k]["end_ns"])[:limit]
+        cut, keep = len(keep) - limit, sorted(longest)
+    shown = [segs[k] for k in keep]
+    num = max([len(f"{g['end_ns'] / 1e3:.1f}") for g in shown] + [8])
+    # core, three numbers, two categories ("memory stall " + us) and the separators
+    rest = 4 + 3 * (num + 1) + 2 * (14 + num) + 3
+    width = max(8, min(max([len(g["layer"]) for g in shown] + [5]), 99 - rest))
+    lines = [
+        f"{'core':>4} {'layer':<{width}} {'start us':>{num}} {'end us':>{num}} "
+        f"{'us':>{num}}  largest categories, us"
+    ]
+    for g in shown:
+        name = g["layer"] if len(g["layer"]) <= width else ".." + g["layer"][2 - width :]
+        top = sorted(g["by_category"].items(), key=lambda kv: -kv[1])[:2]
+        cats = [f"{c} {v / 1e3:.1f}" for c, v in top]
+        lines.append(
+            f"{g['core']:>4} {name:<{width}} {g['start_ns'] / 1e3:>{num}.1f} "
+            f"{g['end_ns'] / 1e3:>{num}.1f} {(g['end_ns'] - g['start_ns']) / 1e3:>{num}.1f}  "
+            + " ".join(f"{c:<{14 + num}}" for c in cats).rstrip()
+        )
+    kept = set(keep)
+    folded = [g for k, g in enumerate(segs) if k not in kept]
+    held = sum(g["end_ns"] - g["start_ns"] for g in folded)
+    why = f"shorter than {min_ns / 1e3:g} us" + (f", or past the {limit} longest" if cut else "")
+    lines.append(
+        f"{len(folded)} of {len(segs)} segments folded ({why}): {held / 1e3:.1f} us of the "
+        f"path's {path['length_ns'] / 1e3:.1f} us"
+    )
+    return "\n".join(lines)

@@ -19,7 +19,7 @@ from raptor.sim.trace import KIND_COUNTER, MVMUL, TRACK_STRIDE, VECTOR, slice_sp
 
 _STALL = np.array([c.startswith("stall_") for c in KIND_COUNTER])
 LAYERS_FILE = "layers.json"
-LAYERS_FORMAT = 3  # layers.json of another format is recomputed, never misread
+LAYERS_FORMAT = 4  # layers.json of another format is recomputed, never misread (4: segments)
 
 
 def layer_rows(
@@ -157,12 +157,12 @@ def write_layers(
 
 
 def case_layers(
-    case_dir: str | Path, arch=None, force_target: bool = False
+    case_dir: str | Path, arch=None, force_target: bool = False, option: str = "--layers"
 ) -> tuple[list[dict[str, Any]], str, dict | None]:
     """The per-layer rows of a compiled case directory (pim/ and compile_report.json): read from
     layers.json when it is newer than the program and of this format, else simulated now (traced, for the mode and
     pipeline the program was compiled for) and written there. Returns rows, a title and the
-    run's critical path (None where it has none)."""
+    run's critical path (None where it has none). `option`: the CLI option named in errors."""
     from raptor.arch import load_arch
     from raptor.isa.pimdir import read_pimdir
     from raptor.sim import simulate
@@ -174,7 +174,7 @@ def case_layers(
     rep_path = case_dir / "compile_report.json"
     if not cfg.is_file() or not rep_path.is_file():
         raise SimulationError(
-            f"{case_dir}: --layers needs a compiled case directory (pim/ and compile_report.json)"
+            f"{case_dir}: {option} needs a compiled case directory (pim/ and compile_report.json)"
         )
     path = case_dir / LAYERS_FILE
     if path.is_file() and path.stat().st_mtime >= cfg.stat().st_mtime:
