@@ -1,8 +1,8 @@
 """What tracing costs, and the pictures of one traced case: compiles one suite case once, then
 alternates untraced and traced simulations (`simulate_dir`, as `raptor simulate` runs it; traced =
 simulation with the recorder + trace JSON + heat-map PNG, as `raptor simulate --trace` runs it)
-and writes a CSV, the case's trace, its heat map and a zoomed timeline of the cores that wait
-longest on recv.
+and writes a CSV, the case's trace, its heat map (redrawn after the timed runs with the critical
+path over it) and a zoomed timeline of the cores that wait longest on recv.
 
     .venv/bin/python benchmarks/trace_overhead.py [--model resnet18] [--arch arch-a]
         [--mode latency] [--repeats 3] [--out benchmarks/out/trace]
@@ -24,7 +24,8 @@ from raptor.isa.pimdir import read_config
 from raptor.models import save_model
 from raptor.options import CompileOptions
 from raptor.sim import simulate_dir
-from raptor.sim.timeline import gantt_png, save_trace
+from raptor.sim.critical_path import critical_path
+from raptor.sim.timeline import gantt_png, save_trace, timeline_png
 from raptor.sim.trace import FLOW_SEND, slice_layers
 from raptor.suite.runner import write_csv
 
@@ -106,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     med = {k: statistics.median(float(r[k]) for r in rows) for k in rows[0] if k != "run"}
     rows.append({"run": "median", **{k: f"{v:.3f}" for k, v in med.items()}})
     write_csv(out / f"trace_overhead_{case.name}.csv", list(rows[0]), rows)
+    title = f"{meta.get('compiler', '')} {meta.get('arch', '')} {traced.mode}".strip()
+    timeline_png(traced, case / "timeline.png", title, crit=critical_path(traced, meta))
     cores, a, b, labels = _zoom(traced, meta)
     gantt_png(
         traced,

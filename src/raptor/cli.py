@@ -179,8 +179,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
         meta = read_config(find_pimdir(args.dir)).get("raptor", {})
         out = sys.stderr if args.json else sys.stdout
-        print(save_trace(report, meta, args.trace), file=out)
         path = critical_path(report, meta)
+        print(save_trace(report, meta, args.trace, crit=path), file=out)
         if path is not None:
             print(format_path(path), file=out)
     return 0

@@ -16,7 +16,7 @@ from raptor.isa.pimdir import read_config
 from raptor.sim import simulate
 from raptor.sim import trace as trace_mod
 from raptor.sim.report import CoreStats
-from raptor.sim.timeline import CLASSES, occupancy
+from raptor.sim.timeline import CLASSES, occupancy, path_line, timeline_png
 from raptor.sim.trace import (
     KIND_COUNTER,
     SLICE_DTYPE,
@@ -258,6 +258,34 @@ def test_occupancy_bins():
     assert occ[0, :, st].tolist() == [0.0, 50.0, 10.0]
     assert occ[0, :, idle].tolist() == [0.0, 0.0, 90.0]
     assert occ[1, :, v].tolist() == [20.0, 0.0, 0.0] and occ[1, 0, idle] == 80.0
+
+
+def test_path_line_runs_along_cores_and_steps_between_them():
+    segs = [
+        {"core": 5, "start_ns": 0.0, "end_ns": 2e6},
+        {"core": 9, "start_ns": 2e6, "end_ns": 3e6},  # no program: no row
+        {"core": 7, "start_ns": 3e6, "end_ns": 4.5e6},
+        {"core": 5, "start_ns": 4.5e6, "end_ns": 5e6},
+    ]
+    xs, ys = path_line(segs, [5, 7])
+    assert xs.tolist() == [0.0, 2.0, 3.0, 4.5, 4.5, 5.0]
+    assert ys.tolist() == [0.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+
+
+def test_heat_map_draws_the_critical_path(vgg8_tp, tmp_path):
+    from raptor.sim.critical_path import critical_path
+
+    d, _, _, rep = vgg8_tp
+    meta = read_config(d / "out" / "pim")["raptor"]
+    crit = critical_path(rep, meta)
+    cores = [c.core for c in rep.per_core if c.instructions]
+    xs, ys = path_line(crit["segments"], cores)
+    # the line spans the run and every vertex sits on a core row inside the map
+    assert xs[0] == 0.0 and xs[-1] == pytest.approx(crit["length_ns"] / 1e6)
+    assert np.all(np.diff(xs) >= -1e-12) and set(ys) <= set(range(len(cores)))
+    plain = timeline_png(rep, tmp_path / "plain.png").read_bytes()
+    drawn = timeline_png(rep, tmp_path / "path.png", crit=crit).read_bytes()
+    assert drawn[:8] == b"\x89PNG\r\n\x1a\n" and drawn != plain
 
 
 def test_counter_step_function_and_resampling(monkeypatch):

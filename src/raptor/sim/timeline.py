@@ -1,7 +1,9 @@
 """The timeline heat map of a traced simulation: cores x time, each cell coloured by what the core
 spent most of that time bin doing (matrix, vector, transfer, memory, one of the three stalls, or
 idle), so one look shows the pipeline filling, the layers moving across the chip and where cores
-wait."""
+wait. With the run's critical path (raptor.sim.critical_path) a black line follows it across the
+cores: along a core while the path is on it, up or down where it moves to the core it waited
+on, so the chain that set the latency is drawn over what every core did meanwhile."""
 
 from __future__ import annotations
 
@@ -70,8 +72,27 @@ def occupancy(
     return occ, width
 
 
-def timeline_png(report, path: str | Path, title: str = "", bins: int = 1000) -> Path:
-    """Write the heat map of a traced SimReport as a PNG (atomically)."""
+def path_line(segments: list[dict], cores: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(time ms, core row) vertices of the critical path's line on the heat map: each segment a
+    horizontal run on its core's row, joined by vertical steps where the path changes core.
+    Segments on cores without a row (no program) are left out."""
+    row = {c: i for i, c in enumerate(cores)}
+    xs: list[float] = []
+    ys: list[float] = []
+    for g in segments:
+        r = row.get(g["core"])
+        if r is None:
+            continue
+        xs += [g["start_ns"] / 1e6, g["end_ns"] / 1e6]
+        ys += [r, r]
+    return np.asarray(xs), np.asarray(ys, dtype=float)
+
+
+def timeline_png(
+    report, path: str | Path, title: str = "", bins: int = 1000, crit: dict | None = None
+) -> Path:
+    """Write the heat map of a traced SimReport as a PNG (atomically); with `crit` (the run's
+    critical path, raptor.sim.critical_path) its line is drawn over the heat map."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -97,6 +118,11 @@ def timeline_png(report, path: str | Path, title: str = "", bins: int = 1000) ->
         vmax=len(CLASSES) - 0.5,
         extent=(0, end / 1e6, len(cores) - 0.5, -0.5),
     )
+    handles = []
+    if crit and crit.get("segments"):
+        xs, ys = path_line(crit["segments"], cores)
+        (line,) = ax.plot(xs, ys, color="black", lw=0.9, label="critical path")
+        handles.append(line)
     if report.mode == "throughput":
         for r, d in enumerate(report.deadlines_ns):
             ax.axvline(d / 1e6, color="black", lw=0.8, ls="--")
@@ -120,10 +146,11 @@ def timeline_png(report, path: str | Path, title: str = "", bins: int = 1000) ->
         handles=[
             Patch(color=COLORS[i], label=f"{c} {100 * share[i]:.1f}%")
             for i, c in enumerate(CLASSES)
-        ],
+        ]
+        + handles,
         loc="upper center",
         bbox_to_anchor=(0.5, -0.08),
-        ncol=len(CLASSES),
+        ncol=len(CLASSES) + len(handles),
         fontsize=8,
         frameon=False,
     )
@@ -212,13 +239,16 @@ def gantt_png(
     return path
 
 
-def save_trace(report, meta: dict, path: str | Path, png: str | Path | None = None) -> str:
+def save_trace(
+    report, meta: dict, path: str | Path, png: str | Path | None = None, crit: dict | None = None
+) -> str:
     """Write the trace JSON of a traced run to `path` and its heat map (raptor.sim.timeline) to
-    `png` (default: `path` with .png); returns a one-line summary."""
+    `png` (default: `path` with .png), with the run's critical path `crit` drawn over it when
+    given; returns a one-line summary."""
     path = Path(path)
     title = f"{meta.get('compiler', '')} {meta.get('arch', '')} {report.mode}".strip()
     s = write_chrome_trace(report, meta, path, title)
-    png = timeline_png(report, Path(png) if png else path.with_suffix(".png"), title)
+    png = timeline_png(report, Path(png) if png else path.with_suffix(".png"), title, crit=crit)
     return (
         f"trace: {path} ({s['bytes'] / 1e6:.1f} MB, {s['slices']} slices, {s['flows']} flows"
         f"{', capped' if s['capped'] else ''}), heat map: {png}"

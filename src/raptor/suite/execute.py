@@ -168,9 +168,9 @@ def _write_trace(sim, meta: dict, report: dict, out: Path, log: io.StringIO) -> 
     from raptor.sim.layers import format_layer_rows, layer_rows, write_layers
     from raptor.sim.timeline import save_trace
 
-    log.write(save_trace(sim, meta, out / "trace.json", out / "timeline.png") + "\n")
+    crit = critical_path(sim, meta)
+    log.write(save_trace(sim, meta, out / "trace.json", out / "timeline.png", crit) + "\n")
     if meta.get("layer_spans"):
-        crit = critical_path(sim, meta)
         rows = layer_rows(sim, meta, report, crit)
         info = {"arch": meta.get("arch"), "mode": sim.mode, "pipeline": sim.pipeline}
         info.update(latency_ns=sim.latency_ns, throughput_per_s=sim.throughput_per_s)
