@@ -25,7 +25,7 @@ from raptor.models import save_model
 from raptor.options import CompileOptions
 from raptor.sim import simulate_dir
 from raptor.sim.critical_path import critical_path
-from raptor.sim.timeline import gantt_png, save_trace, timeline_png
+from raptor.sim.timeline import gantt_png, save_trace, timeline_png, trace_title
 from raptor.sim.trace import FLOW_SEND, slice_layers
 from raptor.suite.runner import write_csv
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     med = {k: statistics.median(float(r[k]) for r in rows) for k in rows[0] if k != "run"}
     rows.append({"run": "median", **{k: f"{v:.3f}" for k, v in med.items()}})
     write_csv(out / f"trace_overhead_{case.name}.csv", list(rows[0]), rows)
-    title = f"{meta.get('compiler', '')} {meta.get('arch', '')} {traced.mode}".strip()
+    title = trace_title(meta, traced.mode)
     timeline_png(traced, case / "timeline.png", title, crit=critical_path(traced, meta))
     cores, a, b, labels = _zoom(traced, meta)
     gantt_png(

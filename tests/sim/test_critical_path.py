@@ -53,6 +53,16 @@ def _run(slices, flows=()):
     return SimpleNamespace(trace=rec)
 
 
+def _seg(core, layer, a, b, **cats):
+    return {
+        "core": core,
+        "layer": layer,
+        "start_ns": a,
+        "end_ns": b,
+        "by_category": {k.replace("_", " "): v for k, v in cats.items()},
+    }
+
+
 def test_a_recv_stall_hands_the_path_to_the_sender():
     # core 0 computes 0-250 and sends 250-300; core 1 waits for it, receives, adds, ends at 350
     rep = _run(
@@ -74,6 +84,10 @@ def test_a_recv_stall_hands_the_path_to_the_sender():
     assert p["core_changes"] == 1 and p["cores"] == 2
     assert set(p["by_category"]) == set(CATEGORIES)
     assert sum(p["by_category"].values()) == 350
+    assert p["segments"] == [  # core 0's work, then core 1's
+        _seg(0, "conv", 0.0, 300.0, matrix=250.0, send=50.0),
+        _seg(1, "fc", 300.0, 350.0, recv=10.0, vector=40.0),
+    ]
 
 
 def test_a_send_to_a_waiting_receiver_is_send_wait_not_a_jump_back():
@@ -93,6 +107,10 @@ def test_a_send_to_a_waiting_receiver_is_send_wait_not_a_jump_back():
     assert p["by_layer"]["conv"] == {"matrix": 250.0, "send wait": 30.0, "send": 20.0}
     assert p["by_layer"]["fc"] == {"recv": 10.0}
     assert p["core_changes"] == 1
+    assert p["segments"] == [  # send wait stays on the sender
+        _seg(0, "conv", 0.0, 300.0, matrix=250.0, send=20.0, send_wait=30.0),
+        _seg(1, "fc", 300.0, 310.0, recv=10.0),
+    ]
 
 
 def test_a_send_stalled_on_a_busy_receiver_follows_the_receiver():
@@ -129,6 +147,10 @@ def test_sync_stalls_follow_the_sync_and_memory_stalls_stay():
     assert p["by_layer"]["conv"] == {"memory stall": 40.0, "matrix": 160.0}
     assert p["by_layer"]["fc"] == {"local": 2.0, "vector": 58.0}
     assert p["core_changes"] == 1
+    assert p["segments"] == [  # the releasing core up to its sync, the flit on the waiting core
+        _seg(0, "conv", 0.0, 200.0, matrix=160.0, memory_stall=40.0),
+        _seg(1, "fc", 200.0, 260.0, local=2.0, vector=58.0),
+    ]
 
 
 def test_untraced_runs_and_several_tracks_per_core_have_no_path():
@@ -183,65 +205,6 @@ def test_throughput_runs_report_the_path_per_inference(vgg8_tp):
     assert on_path * rep.pipeline + outside == pytest.approx(p["length_ns"], rel=1e-9)
     # its host-memory dataflow orders rows by sync/wait: the walk follows every released wait
     assert p["by_category"]["other"] < 0.01 * p["length_ns"]
-
-
-def _seg(core, layer, a, b, **cats):
-    return {
-        "core": core,
-        "layer": layer,
-        "start_ns": a,
-        "end_ns": b,
-        "by_category": {k.replace("_", " "): v for k, v in cats.items()},
-    }
-
-
-def test_segments_of_hand_built_paths():
-    # recv stall -> sender: core 0's work, then core 1's
-    rep = _run(
-        [
-            (0, MVMUL, 0, 250, 1),
-            (0, SEND, 250, 300, 2),
-            (1, STALL_RECV, 0, 300, 1),
-            (1, RECV, 300, 310, 1),
-            (1, VECTOR, 310, 350, 2),
-        ],
-        [(FLOW_SEND, 0, 260, 1, 305)],
-    )
-    assert critical_path(rep, META)["segments"] == [
-        _seg(0, "conv", 0.0, 300.0, matrix=250.0, send=50.0),
-        _seg(1, "fc", 300.0, 350.0, recv=10.0, vector=40.0),
-    ]
-    # send wait stays on the sender
-    rep = _run(
-        [
-            (0, MVMUL, 0, 250, 1),
-            (0, STALL_RECV, 250, 280, 2),
-            (0, SEND, 280, 300, 2),
-            (1, STALL_RECV, 0, 300, 1),
-            (1, RECV, 300, 310, 1),
-        ],
-        [(FLOW_SEND, 0, 290, 1, 305)],
-    )
-    assert critical_path(rep, META)["segments"] == [
-        _seg(0, "conv", 0.0, 300.0, matrix=250.0, send=20.0, send_wait=30.0),
-        _seg(1, "fc", 300.0, 310.0, recv=10.0),
-    ]
-    # a sync stall: the releasing core up to its sync, the flit's 1 ns on the waiting core
-    rep = _run(
-        [
-            (0, STALL_MEMORY, 0, 40, 1),
-            (0, MVMUL, 40, 200, 2),
-            (0, SYNC, 200, 201, 3),
-            (1, STALL_SYNC, 0, 201, 1),
-            (1, WAIT, 201, 202, 1),
-            (1, VECTOR, 202, 260, 2),
-        ],
-        [(FLOW_SYNC, 0, 200, 1, 100)],
-    )
-    assert critical_path(rep, META)["segments"] == [
-        _seg(0, "conv", 0.0, 200.0, matrix=160.0, memory_stall=40.0),
-        _seg(1, "fc", 200.0, 260.0, local=2.0, vector=58.0),
-    ]
 
 
 def test_segments_hold_the_idle_start_and_gaps_and_revisits():

@@ -239,6 +239,11 @@ def gantt_png(
     return path
 
 
+def trace_title(meta: dict, mode: str) -> str:
+    """The title of a run's trace and heat map: compiler, architecture and mode."""
+    return f"{meta.get('compiler', '')} {meta.get('arch', '')} {mode}".strip()
+
+
 def save_trace(
     report, meta: dict, path: str | Path, png: str | Path | None = None, crit: dict | None = None
 ) -> str:
@@ -246,7 +251,7 @@ def save_trace(
     `png` (default: `path` with .png), with the run's critical path `crit` drawn over it when
     given; returns a one-line summary."""
     path = Path(path)
-    title = f"{meta.get('compiler', '')} {meta.get('arch', '')} {report.mode}".strip()
+    title = trace_title(meta, report.mode)
     s = write_chrome_trace(report, meta, path, title)
     png = timeline_png(report, Path(png) if png else path.with_suffix(".png"), title, crit=crit)
     return (
