@@ -109,8 +109,10 @@ def test_default_pass_order():
         "pim-codegen",
         "verify-pim",
         "deadlock-check",
+        "finalists",
         "estimates",
     ]
+    assert "finalists" not in _names(CompileOptions(mode="throughput", pipeline=4))
     loop = [n for n, again in pass_list(CompileOptions()) if again]
     assert loop[0] == "synchronization" and loop[-1] == "deadlock-check"
 

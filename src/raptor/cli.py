@@ -13,6 +13,8 @@ from raptor.errors import RaptorError
 from raptor.options import (
     CROSSBAR_SHARES_LATENCY,
     FILL_SHARES,
+    FINALIST_MARGIN,
+    FINALISTS,
     ROW_GROUP_TILES_LATENCY,
     ROW_SEGMENTS,
     CompileOptions,
@@ -106,6 +108,7 @@ def compile_options(args: argparse.Namespace) -> CompileOptions:
         row_group_tiles=args.pim_row_group_tiles,
         crossbar_shares=args.pim_crossbar_shares,
         fill_shares=args.pim_fill_shares,
+        finalists=args.pim_finalists,
         compiler=args.compiler,
         replication=args.replication,
     )
@@ -435,6 +438,16 @@ def build_parser() -> argparse.ArgumentParser:
         "fewer replicas can end sooner where full ones make concurrent layers share cores "
         f"(default: {' '.join(f'{x:g}' for x in CROSSBAR_SHARES_LATENCY)} in latency mode, 1 in "
         "throughput mode)",
+    )
+    cp.add_argument(
+        "--pim-finalists",
+        type=int,
+        default=FINALISTS,
+        metavar="N",
+        help="Raptor, latency mode: program the plan of the shortest estimated schedule and up "
+        f"to N - 1 runners-up whose estimates end within {FINALIST_MARGIN:.0%} of it, simulate "
+        "them and keep the fastest; 1: the estimate's choice, simulating nothing "
+        f"(default: {FINALISTS})",
     )
     cp.add_argument(
         "--pim-fill-shares",

@@ -23,7 +23,7 @@ from raptor.errors import PassFailedError
 from raptor.frontend.graph import Graph
 from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram, write_pimdir
-from raptor.options import CompileOptions
+from raptor.options import FINALIST_MARGIN, CompileOptions
 from raptor.pim.deadlock import DeadlockReport, check_programs
 from raptor.result import (
     CompileResult,
@@ -75,7 +75,9 @@ def pass_list(opts: CompileOptions) -> list[tuple[str, bool]]:
         loop.append("noc-message-order")
     loop += ["verify-spatial", "pim-codegen", "verify-pim", "deadlock-check"]
     once = ["frontend", "build-spatial", *(p.name for p in spatial_passes(opts))]
-    return [(n, False) for n in once] + [(n, True) for n in loop] + [("estimates", False)]
+    last = ["finalists"] if opts.mode == "latency" else []  # (runs when a plan has a runner-up)
+    last.append("estimates")
+    return [(n, False) for n in once] + [(n, True) for n in loop] + [(n, False) for n in last]
 
 
 def format_passes(opts: CompileOptions, times: dict[str, float]) -> str:
@@ -102,14 +104,49 @@ def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) ->
 
         return _with_bounds(pimcomp.compile_model(graph, arch, opts), graph, arch)
 
-    from raptor.pim.codegen import generate
     from raptor.spatial.build import build_spatial
-    from raptor.spatial.message_order import OrderStuck
-    from raptor.spatial.noc import demote_pairs
     from raptor.spatial.planning import estimates
 
     sg = timed("build-spatial", build_spatial, graph, arch.element_bytes, arch.matrix.rows)
-    planned, first = _plan(arch, sg, opts, timed, plan_memo(model, arch, opts))
+    memo = plan_memo(model, arch, opts)
+    finals = _plan(arch, sg, opts, timed, memo)
+    built = [_program(arch, finals[0].planned, finals[0].first, opts, timed)]
+    for f in finals[1:]:
+        try:
+            built.append(_program(arch, f.planned, f.first, opts, timed))
+        except PassFailedError:
+            break  # the best estimate's program stands
+    finals = finals[: len(built)]
+    k = 0
+    if len(built) > 1:
+        ran = [timed("finalists", _latency_ns, arch, prog) for prog, _, _ in built]
+        k = int(np.argmin(ran))
+    if memo is not None and finals[k].recipe is not None:
+        memo.put(finals[k].recipe)
+    prog, sg, stats = built[k]
+    est = timed("estimates", estimates, arch, sg)
+    res = CompileResult(prog, _report(arch, opts, sg, prog, stats, est, timed.times))
+    if len(built) > 1:
+        res.report["plan_finalists_ns"] = {f.label: round(t, 1) for f, t in zip(finals, ran)}
+    return _with_bounds(res, graph, arch)
+
+
+def _latency_ns(arch: Arch, prog: PimProgram) -> float:
+    """The simulated latency of a finalist's program (seeded random input)."""
+    from raptor.sim import simulate
+
+    return simulate(prog, arch, "latency", 1).latency_ns
+
+
+def _program(arch: Arch, planned, first, opts: CompileOptions, timed: PassTimer):
+    """(program, final graph, codegen stats) of a planned graph: the NoC demotion loop, which
+    returns to host memory the NoC edges whose message order gets stuck or whose program the
+    deadlock check refuses, and code generation. `first`: the plan's first round when `_plan`
+    already synchronized and ordered it."""
+    from raptor.pim.codegen import generate
+    from raptor.spatial.message_order import OrderStuck
+    from raptor.spatial.noc import demote_pairs
+
     meta = {"compiler": "raptor", "arch": arch.name, "mode": opts.mode, "pipeline": opts.pipeline}
     failure = "no program"
     for _ in range(MAX_NOC_ROUNDS):
@@ -134,10 +171,7 @@ def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) ->
             raise PassFailedError(failure)
     else:
         raise PassFailedError(f"{failure} (after {MAX_NOC_ROUNDS} rounds of demotion)")
-    est = timed("estimates", estimates, arch, sg)
-    return _with_bounds(
-        CompileResult(prog, _report(arch, opts, sg, prog, stats, est, timed.times)), graph, arch
-    )
+    return prog, sg, stats
 
 
 def _round(arch: Arch, planned, opts: CompileOptions, timed: PassTimer):
@@ -156,8 +190,11 @@ def _round(arch: Arch, planned, opts: CompileOptions, timed: PassTimer):
 
 
 def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo | None = None):
-    """Run the Spatial passes; returns the planned graph and, when the planner had a choice, the
-    graph of its first round (synchronized, messages ordered) so the round loop does not redo it.
+    """Run the Spatial passes; returns the plans to program (`_Final`): the planned graph and,
+    when the planner had a choice, the graph of its first round (synchronized, messages ordered)
+    so the round loop does not redo it; in latency mode also up to `opts.finalists` - 1
+    runners-up whose estimates end within raptor.options.FINALIST_MARGIN of the best (the
+    compiler keeps the one that simulates fastest and stores its recipe in the memo).
 
     With the NoC dataflow, the compiler compares candidate plans by their message order (an
     execution on estimated times, before synchronization: the choice does not depend on
@@ -176,7 +213,7 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     rest of the crossbars then buying replicas of the slowest layer; FILL_SHARES), the
     variant that won (chunks or not) is planned and repacked again, and kept only when it ends
     strictly first. With a `memo` (spatial/plan_memo.py) holding this compile's choice, the
-    planning pass runs once, with it; without one, the choice is stored there."""
+    planning pass runs once, with it."""
     from raptor.spatial.passes import spatial_passes
     from raptor.spatial.planning import SpatialPlanningPass
 
@@ -194,7 +231,7 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     if at is None:
         for p in passes:
             sg = timed(p.name, p.apply, arch, sg)
-        return sg, None
+        return [_Final("", sg, None, None)]
     for p in passes[:at]:
         sg = timed(p.name, p.apply, arch, sg)
     recipe = memo.get() if memo is not None else None
@@ -206,11 +243,12 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
             "crossbar_share": recipe.crossbar_share,
             "fill_slowest": recipe.fill_slowest,
         }
-        return _planned(arch, sg, passes, at, timed, **changes), None
+        return [_Final("", _planned(arch, sg, passes, at, timed, **changes), None, None)]
     pipelined = opts.mode == "throughput"
     replications = [(x, False) for x in opts.crossbar_shares]
     replications += [(x, True) for x in opts.fill_shares]
     best = None
+    cands: list[_Candidate] = []
     chunked_est = math.inf
     tried: list[list[ComputeNode]] = []
     for k, (share, fill) in enumerate(replications):
@@ -228,21 +266,33 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
             est, first = _trial(arch, planned, timed)
             label = _label(chunks, share, fill)
             sg.notes.plan_estimates_ns[label] = est
+            cand = _Candidate(est, _core_span_ns(first), planned, first, None, label, **how)
+            cands.append(cand)
             # chunks must be strictly better than contiguous ranges, later replications than the first
             if best is None or est < best.est or (est == best.est and not chunks and k == 0):
-                best = _Candidate(est, _core_span_ns(first), planned, first, windows=None, **how)
+                best = cand
             if chunks and k == 0:
                 chunked_est = est
             if opts.disable_window_packing or (not chunks and est > chunked_est):
                 continue  # contiguous ranges are repacked only when they planned no worse than chunks
             for cand in _repack(arch, sg, passes, at, how, first, timed):
+                cands.append(cand)
                 if cand.est < best.est and (not pipelined or cand.span < best.span):
                     best = cand
-    if memo is not None:
-        estimates = dict(sg.notes.plan_estimates_ns)
-        share, fill = best.crossbar_share, best.fill_slowest
-        memo.put(PlanRecipe(best.chunks, best.windows, estimates, share, fill))
-    return best.planned, _synchronized(arch, best.planned, best.first, opts, timed)
+    finals = [best]
+    if not pipelined and best.first is not None:
+        near = [c for c in cands if c is not best and c.est <= best.est * (1 + FINALIST_MARGIN)]
+        finals += sorted(near, key=lambda c: c.est)[: opts.finalists - 1]
+    estimates = dict(sg.notes.plan_estimates_ns)
+    return [
+        _Final(
+            c.label,
+            c.planned,
+            _synchronized(arch, c.planned, c.first, opts, timed),
+            PlanRecipe(c.chunks, c.windows, estimates, c.crossbar_share, c.fill_slowest),
+        )
+        for c in finals
+    ]
 
 
 def _label(chunks: bool, share: float, fill: bool) -> str:
@@ -253,15 +303,28 @@ def _label(chunks: bool, share: float, fill: bool) -> str:
     return name + ("+fill" if fill else "")
 
 
+class _Final(NamedTuple):
+    """A plan `_plan` hands to code generation: its name in plan_estimates_ns, the planned
+    graph, its first round synchronized and ordered (None: the round loop makes it), and the
+    recipe the plan memo stores when it is kept (None: the memo already held it)."""
+
+    label: str
+    planned: Any
+    first: Any
+    recipe: PlanRecipe | None
+
+
 class _Candidate(NamedTuple):
     """A candidate plan: its estimated end and core span, the planned graph, its messages
-    ordered (None when the order got stuck), and the planning fields that made it."""
+    ordered (None when the order got stuck), its name in plan_estimates_ns and the planning
+    fields that made it."""
 
     est: float
     span: float
     planned: Any
     first: Any
     windows: dict[int, tuple[float, float]] | None
+    label: str
     chunks: bool
     crossbar_share: float
     fill_slowest: bool
@@ -354,7 +417,8 @@ def _repack(arch: Arch, sg, passes, at: int, how: dict, first, timed: PassTimer)
         if est >= kept[0]:
             break
         kept = (est, first)
-        out.append(_Candidate(est, _core_span_ns(first), planned, first, windows=windows, **how))
+        span = _core_span_ns(first)
+        out.append(_Candidate(est, span, planned, first, windows, f"{label}_repacked{r}", **how))
     return out
 
 
@@ -479,8 +543,9 @@ def _noc_report(sg) -> dict[str, Any] | None:
     return {
         "fed_units": len(plan.fed),
         "residual_fed_nodes": len(plan.res_fed),
+        "residual_own_nodes": len(plan.res_mixed),  # residual pieces copied on their own core
         "mixed_nodes": len(plan.mixed),
-        "local_nodes": len(plan.local),
+        "own_local_nodes": len(plan.own_local),
         "producer_layers": sorted(
             {sg.layers[s.layer].name for srcs in plan.sources.values() for s in srcs}
         ),

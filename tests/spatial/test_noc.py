@@ -95,16 +95,15 @@ def test_latency_without_synchronization_when_every_edge_is_on_the_noc(name, hw)
     computes what onnxruntime computes (the ablation's no-sync latency rows)."""
     arch = load_arch("arch-a")
     model = build_model(name, input_size=hw)
-    # row groups as large as fit a core: with the latency default of 3 tiles, more nodes share
-    # cores and vgg8 keeps pool5's pixels for the conv6 node on the pool's own core in host
-    # memory (a mixed node: written and read by one core, in program order)
-    opts = CompileOptions(disable_synchronization=True, row_group_tiles=0)
-    res, _, err = _values(model, arch, opts, hw)
-    assert err <= 1e-3
-    assert res.report["noc_dataflow"]["host_activation_buffers"] == []
-    assert res.report["noc_dataflow"]["demoted_units"] == {}
-    _, _, err = _values(model, arch, CompileOptions(disable_synchronization=True), hw)
-    assert err <= 1e-3
+    # row groups as large as fit a core, and the latency default of 3 tiles, with which more
+    # nodes share cores (vgg8: a conv6 node on a core of pool5 copies its pieces locally,
+    # test_mixed_node_copies_its_own_cores_pieces_locally)
+    for tiles in (0, None):
+        opts = CompileOptions(disable_synchronization=True, row_group_tiles=tiles)
+        res, _, err = _values(model, arch, opts, hw)
+        assert err <= 1e-3, tiles
+        assert res.report["noc_dataflow"]["host_activation_buffers"] == [], tiles
+        assert res.report["noc_dataflow"]["demoted_units"] == {}, tiles
 
 
 def test_fc_after_flatten_stays_in_host_memory():
@@ -219,8 +218,67 @@ def test_demoted_mixed_node_reads_its_window_under_tokens():
     assert 0 not in [k for k, _ in token_views(sg, n, plan)]  # own pieces: program order
     assert demote_pairs(sg, plan, {(c, n.core) for c in plan.fed_by(n)}, "test")
     assert unit_of(n) not in plan.fed
-    assert n.id not in plan.mixed and n.id not in plan.local
+    assert n.id not in plan.mixed and n.id not in plan.own_local
     assert 0 in [k for k, _ in token_views(sg, n, plan)]
+
+
+@pytest.mark.parametrize(
+    "name,hw,opts",
+    [
+        ("vgg8", 16, CompileOptions(disable_synchronization=True)),
+        ("googlenet", 64, CompileOptions(mode="throughput", pipeline=2)),
+    ],
+)
+def test_mixed_node_copies_its_own_cores_pieces_locally(name, hw, opts, monkeypatch):
+    """A fed node that also reads rows its own core produced (a mixed node: vgg8 16x16 latency,
+    a conv6 node on a core of pool5; googlenet 64x64 p2, pools reading inception concats, so
+    channel-slice pieces copied pixel by pixel) copies them with lmv from the producer's output
+    rows, which keep every row: no activation buffer stays in host memory, and the values match
+    onnxruntime (vgg8 without any synchronization). With output rows too small to keep them
+    (OUT_BYTES of one row), the same nodes load those pieces from host memory instead, after
+    their producer stored them there."""
+    import raptor.spatial.noc as noc
+
+    arch = load_arch("arch-a")
+    model = build_model(name, input_size=hw)
+    res, _, err = _values(model, arch, opts, hw)
+    nd = res.report["noc_dataflow"]
+    assert err <= 1e-3
+    assert nd["mixed_nodes"] > 0 and nd["own_local_nodes"] == nd["mixed_nodes"]
+    assert nd["host_activation_buffers"] == []
+    lmv = _ops(res.program, Opcode.LMV)
+    monkeypatch.setattr(noc, "OUT_BYTES", 1)
+    res_h, _, err_h = _values(model, arch, opts, hw)
+    nd_h = res_h.report["noc_dataflow"]
+    assert err_h <= 1e-3
+    assert nd_h["mixed_nodes"] > 0 and nd_h["own_local_nodes"] == 0
+    assert nd_h["host_activation_buffers"] != []
+    assert res_h.report["host_load_bytes"] > res.report["host_load_bytes"]
+    assert _ops(res_h.program, Opcode.LMV) < lmv
+
+
+def test_same_core_residual_is_copied_from_its_producers_rows(monkeypatch):
+    """resnet18 32x32 arch-b latency puts 2 residual readers on a core of their residual's
+    producer: the root copies those pieces from the producer's output rows (lmv) and receives the
+    rest, so the residual leaves host memory and the program needs no token even compiled without
+    synchronization. Without room to keep the producer's rows (OUT_BYTES of one row), the
+    residual reads go back to host memory ("same core residual") and synchronization orders them."""
+    import raptor.spatial.noc as noc
+
+    arch = load_arch("arch-b")
+    model = build_model("resnet18", input_size=32)
+    res, _, err = _values(model, arch, CompileOptions(disable_synchronization=True), 32)
+    nd = res.report["noc_dataflow"]
+    assert err <= 1e-3
+    assert nd["residual_own_nodes"] == 2
+    assert nd["demoted_units"] == {} and nd["host_activation_buffers"] == []
+    monkeypatch.setattr(noc, "OUT_BYTES", 1)
+    res_h, _, err_h = _values(model, arch, CompileOptions(), 32)
+    nd_h = res_h.report["noc_dataflow"]
+    assert err_h <= 1e-3
+    assert nd_h["residual_own_nodes"] == 0
+    assert nd_h["demoted_units"]["same core residual"] >= 2
+    assert res_h.report["instructions_by_opcode"].get("sync", 0) > 0
 
 
 def test_reads_any_matches_a_scan_of_every_row():
@@ -262,9 +320,10 @@ def test_row_segments_option_trades_instructions_for_overlap(tmp_path, capsys):
     arch = load_arch("arch-a")
     model = build_model("vgg8", input_size=32)
     # row groups as large as fit a core, so that few sends are partial sums (whose count does
-    # not depend on segments)
-    res1, rep1, err1 = _values(model, arch, CompileOptions(row_segments=1, row_group_tiles=0), 32)
-    res8, rep8, err8 = _values(model, arch, CompileOptions(row_group_tiles=0), 32)
+    # not depend on segments); the estimate's plan, so that both compiles keep the same plan
+    one = {"row_group_tiles": 0, "finalists": 1}
+    res1, rep1, err1 = _values(model, arch, CompileOptions(row_segments=1, **one), 32)
+    res8, rep8, err8 = _values(model, arch, CompileOptions(**one), 32)
     assert ROW_SEGMENTS == 8 and err1 <= 1e-3 and err8 <= 1e-3
     assert _ops(res8.program, Opcode.SEND) > 1.5 * _ops(res1.program, Opcode.SEND)
     assert rep8.noc_bytes_per_inference == rep1.noc_bytes_per_inference

@@ -33,6 +33,7 @@ from raptor.pim.lowering_noc import (
     end_slot,
     line_steps,
     message_records,
+    own_copies,
     own_pieces,
     ring_padding,
     store_row,
@@ -170,7 +171,7 @@ def lower_mvm_lines(
     def slot(iy: int) -> int:
         return noc.in_row_addr(node, iy) if fed else ring + (iy % kh) * row_bytes
 
-    sender = last and noc is not None and bool(noc.targets.get(node.id))
+    sender = last and noc is not None and noc.writes_rows(node)
     res_fed = noc is not None and node.id in noc.res_fed
     out_at = partial(noc.out_row_addr, node) if sender else None
     comm = message_records(ctx, node, t_addr)
@@ -273,6 +274,8 @@ def lower_mvm_lines(
         for iy in loads[j]:
             if iy not in loaded:
                 blocks += load_row(iy)
+        if res_fed and (j == 0 or steps[j - 1][0] != oy):  # the residual row's own pieces
+            blocks += own_copies(ctx, node, oy, t_addr, 1)
         if j == 0:
             blocks += presets
         blocks.append(built[lane * per_lane : (lane + pb - pa) * per_lane])
@@ -329,7 +332,7 @@ def lower_pool_lines(
     regs.loc(acc)
     regs.loc(red)
     t_addr, t_src = TEMPS[3], TEMPS[2]
-    sender = noc is not None and bool(noc.targets.get(node.id))
+    sender = noc is not None and noc.writes_rows(node)
     out_at = partial(noc.out_row_addr, node) if sender else None
     blocks: list[np.ndarray] = regs.flush()
     loaded: set[int] = set()

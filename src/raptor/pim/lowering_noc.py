@@ -8,11 +8,11 @@ import numpy as np
 
 from raptor.isa.opcodes import OFFSET_RD, OFFSET_RS1, Opcode
 from raptor.isa.table import INST_DTYPE, make
-from raptor.pim.emit import R_IN0, R_OUT, R_ZERO, Block, chunks, sldi
+from raptor.pim.emit import R_IN0, R_OUT, R_ZERO, TEMPS, Block, chunks, sldi
 from raptor.pim.lowering_ctx import LowerCtx
 from raptor.spatial.geometry import lines_geometry
 from raptor.spatial.ir import ComputeNode, NodeKind
-from raptor.spatial.message_order import row_segments, row_steps
+from raptor.spatial.message_order import message_span, row_segments, row_steps
 
 SLDI, SEND, RECV = int(Opcode.SLDI), int(Opcode.SEND), int(Opcode.RECV)
 
@@ -152,12 +152,15 @@ def store_row(
 
 
 def own_pieces(ctx: LowerCtx, node: ComputeNode, iy: int, row: int, reg: int) -> list[np.ndarray]:
-    """ld the pieces of input row iy that a mixed NoC node's own core produced (stored in host
-    memory earlier in the core's program) into its received row at local address `row` (column
-    0 of the input, after the left padding)."""
+    """The pieces of input row iy that a mixed NoC node's own core produced, into its received
+    row at local address `row` (column 0 of the input, after the left padding): lmv from the
+    producer's persistent output rows when they keep every row (`NocPlan.own_local`), else ld
+    from host memory, where the producer stored them earlier in the core's program."""
     noc = ctx.sg.noc
     if node.id not in noc.mixed:
         return []
+    if node.id in noc.own_local:
+        return own_copies(ctx, node, iy, reg)
     eb = ctx.eb
     v = ctx.sg.layers[node.layer].inputs[0]
     c = v.channels
@@ -177,5 +180,28 @@ def own_pieces(ctx: LowerCtx, node: ComputeNode, iy: int, row: int, reg: int) ->
         blk = Block(len(xs))
         blk.add(Opcode.SLDI, rd=reg, r2_or_imm=row + (xs * c + off) * eb)
         blk.add(Opcode.LD, rd=reg, r1=R_IN0, generic1=OFFSET_RS1, generic2=host, generic3=size * eb)
+        out.append(blk.build())
+    return out
+
+
+def own_copies(ctx: LowerCtx, node: ComputeNode, iy: int, reg: int, k: int = 0) -> list[np.ndarray]:
+    """lmv the pieces of row iy of input k (0 the window, 1 the residual) that node n's own core
+    produced from the producers' output rows to the node's persistent row, at the addresses a
+    message of them would use (message_span)."""
+    noc = ctx.sg.noc
+    if not noc.reads_own(node, k):
+        return []
+    s_reg = TEMPS[2] if reg != TEMPS[2] else TEMPS[3]
+    out = []
+    for prod, a, b, si in noc.piece_nodes(node, iy, k):
+        if prod.core != node.core:
+            continue
+        src = noc.sources[node.layer][si]
+        count, size, s0, s_step, d0, d_step = message_span(ctx.sg, noc, prod, node, src, iy, a, b)
+        k = np.arange(count, dtype=np.int64)
+        blk = Block(count)
+        blk.add(Opcode.SLDI, rd=reg, r2_or_imm=d0 + k * d_step)
+        blk.add(Opcode.SLDI, rd=s_reg, r2_or_imm=s0 + k * s_step)
+        blk.add(Opcode.LMV, rd=reg, r1=s_reg, generic3=size)
         out.append(blk.build())
     return out

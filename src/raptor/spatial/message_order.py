@@ -125,7 +125,7 @@ class OrderStuck(Exception):
         self.pairs = pairs
 
 
-def _message(
+def message_span(
     sg: SpatialGraph,
     plan: NocPlan,
     n: ComputeNode,
@@ -138,7 +138,8 @@ def _message(
     """The sends on n's core and the matching recvs on m's core that move columns [x0, x1) of
     row r from producer n's output rows into fed node m's row of input `src.input`: (count,
     bytes of each, first send address, send address step, first recv address, recv address
-    step); one message when whole pixels move, one per pixel for a channel slice."""
+    step); one message when whole pixels move, one per pixel for a channel slice. The same
+    copies, done by lmv, move a producer's rows to a mixed reader on its own core."""
     eb = plan.element_bytes
     cp = sg.layers[n.layer].cols  # channels of a producer's output row pixel
     cc = sg.layers[m.layer].inputs[src.input].channels  # channels of a consumer's row pixel
@@ -157,7 +158,7 @@ def _message(
 
 
 def _message_shape(src: Source, cp: int, cc: int, eb: int, width: int) -> tuple[int, int]:
-    """(sends, total bytes) of a message of `width` producer pixels of `src` (`_message`): one
+    """(sends, total bytes) of a message of `width` producer pixels of `src` (`message_span`): one
     send when whole pixels move (or a flat source), one per pixel for a channel slice; cp and cc
     are the producer's and the consumer's channels per pixel."""
     if src.flat or src.channels == cp == cc:
@@ -246,8 +247,8 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> MessageSlots:
                     for si in srcs_of[n.layer, k]:
                         keys[n.id, r, si] = len(have)
                         have[n.id, r, si] = 0
-                    if k == 0 and n.id in plan.mixed:  # its own core's pieces: from host memory
-                        for core, a, b, si in plan.pieces(n, r):
+                    if plan.reads_own(n, k):  # its own core's pieces: copied, not messages
+                        for core, a, b, si in plan.pieces(n, r, k):
                             if core == n.core:
                                 have[n.id, r, si] |= (1 << b) - (1 << a)
                 runs = spans[mask]
@@ -523,7 +524,7 @@ class MessageSlots(Mapping):
     first read: candidate plans are compared by their estimated end alone."""
 
     def __init__(self, sg, plan, templates, nodes, cores, xlog):
-        # the plan's fields _message reads as they are now: a later re-layout (demotion) assigns
+        # the plan's fields message_span reads as they are now: a later re-layout (demotion) assigns
         # new dicts to them instead of changing these
         self._args = (sg, copy.copy(plan), templates, nodes, cores, xlog)
         self._slots: dict[tuple[int, int], np.ndarray] | None = None
@@ -537,12 +538,12 @@ class MessageSlots(Mapping):
     @staticmethod
     def _build(sg, plan, templates, nodes, cores, xlog) -> dict[tuple[int, int], np.ndarray]:
         """Each exchange of the log gives its sender's slot `count` sends and its receiver's slot
-        as many recvs (_message); a slot lists them exchange by exchange, sends before recvs."""
+        as many recvs (message_span); a slot lists them exchange by exchange, sends before recvs."""
         slot_of: dict[tuple[int, int], int] = {}
         rows = []  # per exchange, sender side then receiver side
         for tp, pn, pk, dn, dk in xlog.tolist():
             n, m, r, x0, x1, si, src = templates[tp]
-            count, size, send0, s_step, recv0, r_step = _message(sg, plan, n, m, src, r, x0, x1)
+            count, size, send0, s_step, recv0, r_step = message_span(sg, plan, n, m, src, r, x0, x1)
             ks = slot_of.setdefault((nodes[pn].id, pk), len(slot_of))
             kr = slot_of.setdefault((nodes[dn].id, dk), len(slot_of))
             rows.append((ks, 1, m.core, count, size, send0, s_step))

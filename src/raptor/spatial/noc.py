@@ -5,12 +5,18 @@ GEMM layer over full columns, or a max/average pool, both lowered over line buff
 (raptor.pim.lowering). A *consumer unit* is a line-buffer MVM reduction tree (all row groups of one
 layer, replica, column slice and pixel range) or a line-buffer pool node whose `inputs[0]` is
 exactly one producer layer's output view (`noc_edges`). A consumer unit is *fed* over the NoC when
-every piece of input it loads comes from producer nodes on other cores: instead of an `ld` of an
-input row into its line buffer it `recv`s each producer's segment of that row, and the producer
-`send`s the segment from its local output rows right after computing it. Everything else (network
-inputs, constants, outputs, residual reads, flattened/strided/concat views, same-core edges) stays
-in host memory, ordered by the synchronization pass's tokens; a producer also `st`s its rows when
-its buffer keeps a host reader.
+one of its nodes reads a piece of input that a producer node on another core computes: instead of
+an `ld` of an input row into its line buffer it `recv`s each producer's segment of that row, and
+the producer `send`s the segment from its local output rows right after computing it. A node of a
+fed unit that also reads pieces its own core produced (a *mixed* node) copies them with `lmv` from
+the producer's output rows, which then keep every row the producer computes (`keep_all`, up to
+OUT_BYTES; the producer runs earlier in the core's program, since a core runs its nodes in layer
+order); where they do not fit, it loads them from host memory after the producer stored them. A
+fused residual travels the same way (`res_fed`), its own core's pieces copied likewise
+(`res_mixed`; where the producer cannot keep its rows, the residual stays in host memory: "same
+core residual"). Everything else (network inputs, constants, outputs, flattened/strided views,
+units with no piece from another core) stays in host memory, ordered by the synchronization
+pass's tokens; a producer also `st`s its rows when its buffer keeps a host reader.
 
 Granularity and buffers. NoC nodes compute one row segment per step (up to `NocPlan.segments`
 per output row: raptor.options.ROW_SEGMENTS unless `raptor compile --pim-row-segments` says
@@ -43,6 +49,7 @@ rows reach a consumer only once its own program has restarted.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -104,11 +111,20 @@ class NocPlan:
 
     fed: set[Unit] = field(default_factory=set)
     res_fed: set[int] = field(default_factory=set)  # root MVM nodes whose residual comes by NoC
-    # nodes of a fed unit whose every input piece comes from their own core: they load it from
-    # host memory after their producer stored it (program order, no token); `mixed`: fed nodes
-    # that load their own core's pieces that way and receive the rest
-    local: set[int] = field(default_factory=set)
+    # nodes of a fed unit that read pieces their own core produced (and receive the rest, if
+    # any): copied from the producer's output rows (`own_local`), else loaded from host memory
+    # after the producer stored them (program order, no token)
     mixed: set[int] = field(default_factory=set)
+    # residual-fed nodes that read pieces of their residual from their own core: always copied
+    # from the producer's output rows (without room for them the residual stays in host memory)
+    res_mixed: set[int] = field(default_factory=set)
+    # producer node id -> (mixed node on its own core, source index) pairs reading its rows
+    own: dict[int, list[tuple[ComputeNode, int]]] = field(default_factory=dict)
+    # producers whose persistent output rows hold every row they compute, so that their own
+    # core's mixed readers copy their pieces locally (lmv) instead of through host memory
+    keep_all: set[int] = field(default_factory=set)
+    # mixed nodes whose own core's pieces all come from `keep_all` producers by lmv
+    own_local: set[int] = field(default_factory=set)
     sources: dict[int, list[Source]] = field(default_factory=dict)  # consumer layer -> sources
     width: dict[int, int] = field(default_factory=dict)  # producer layer -> output row width
     width_out: dict[int, int] = field(default_factory=dict)  # consumer layer -> output width
@@ -151,13 +167,22 @@ class NocPlan:
 
     def is_fed(self, n: ComputeNode) -> bool:
         """n's window input arrives over the NoC."""
-        return unit_of(n) in self.fed and n.id not in self.local
+        return unit_of(n) in self.fed
 
     def uses_lines(self, n: ComputeNode) -> bool:
         """n's unit is fed or sends rows, or n receives its residual, so it must be lowered over
         line buffers."""
         u = unit_of(n)
         return u in self.fed or u in self.senders or n.id in self.res_fed
+
+    def writes_rows(self, n: ComputeNode) -> bool:
+        """Producer n computes into its persistent output rows: it sends rows to other cores or
+        keeps them all for its own core's mixed readers."""
+        return bool(self.targets.get(n.id)) or n.id in self.keep_all
+
+    def reads_own(self, n: ComputeNode, k: int) -> bool:
+        """Fed node n reads pieces of its input k that its own core produced."""
+        return n.id in (self.mixed if k == 0 else self.res_mixed)
 
     def receives(self, n: ComputeNode) -> tuple[int, ...]:
         """The inputs of node n that arrive over the NoC (0 the window, 1 the residual)."""
@@ -181,6 +206,12 @@ class NocPlan:
 
     def pieces(self, m: ComputeNode, iy: int, k: int = 0) -> list[tuple[int, int, int, int]]:
         """(producer core, x0, x1, source) segments of row iy of input k that node m receives."""
+        return [(n.core, a, b, si) for n, a, b, si in self.piece_nodes(m, iy, k)]
+
+    def piece_nodes(
+        self, m: ComputeNode, iy: int, k: int = 0
+    ) -> list[tuple[ComputeNode, int, int, int]]:
+        """(producer node, x0, x1, source) segments of row iy of input k that node m reads."""
         x0, x1 = self.columns(m, k, iy)
         out = []
         for si, src in enumerate(self.sources[m.layer]):
@@ -195,7 +226,7 @@ class NocPlan:
                     break
                 a, b = max(lo, n.p0), min(hi, n.p1)
                 if a < b:
-                    out.append((n.core, a - iy * w, b - iy * w, si))
+                    out.append((n, a - iy * w, b - iy * w, si))
         return out
 
     def consumer_row(self, src: Source, r: int) -> tuple[int, int]:
@@ -350,17 +381,16 @@ def plan_noc(
             by = {m.id: plan.fed_by(m) for m in ms}
             if any(by[m.id] - {m.core} for m in ms):
                 plan.fed.add(u)
-                plan.local |= {m.id for m in ms if by[m.id] == {m.core}}
-                plan.mixed |= {m.id for m in ms if m.core in by[m.id] and len(by[m.id]) > 1}
+                plan.mixed |= {m.id for m in ms if m.core in by[m.id]}
         for m in by_layer.get(lc.index, []):
             # the root row group adds the residual; a column slice would need channel messages
             if m.kind != NodeKind.MVM or m.row_group or (m.c0, m.c1) != (0, lc.cols):
                 continue
             cores = plan.fed_by(m, 1)
-            if cores and m.core not in cores:
+            if cores:
                 plan.res_fed.add(m.id)
-            elif cores:
-                plan.demoted["same core residual"] = plan.demoted.get("same core residual", 0) + 1
+            if m.core in cores:
+                plan.res_mixed.add(m.id)
     _derive(sg, plan)
     return plan
 
@@ -398,18 +428,41 @@ def _derive(sg: SpatialGraph, plan: NocPlan) -> None:
     while True:
         _targets(sg, plan)
         over, over_res = _layout(sg, plan)
-        if not over and not over_res:
+        # a residual whose own core's producer cannot keep its rows stays in host memory
+        same = {
+            m.id
+            for p, ms in plan.own.items()
+            if p not in plan.keep_all
+            for m, si in ms
+            if plan.sources[m.layer][si].input == 1
+        } - over_res
+        if not over and not over_res and not same:
             break
         plan.fed -= over
-        plan.res_fed -= over_res
-        plan.demoted["local memory"] = (
-            plan.demoted.get("local memory", 0) + len(over) + len(over_res)
-        )
-    # a demoted unit's nodes load their whole window input from host memory: they are neither
-    # mixed nor local any more, and synchronization must order every piece (token_views)
+        plan.res_fed -= over_res | same
+        plan.res_mixed -= over_res | same
+        if over or over_res:
+            plan.demoted["local memory"] = (
+                plan.demoted.get("local memory", 0) + len(over) + len(over_res)
+            )
+        if same:
+            n_same = plan.demoted.get("same core residual", 0) + len(same)
+            plan.demoted["same core residual"] = n_same
+    # a demoted unit's nodes load their whole window input from host memory: they are not mixed
+    # any more, and synchronization must order every piece (token_views)
     fed = {n.id for n in sg.nodes if unit_of(n) in plan.fed}
     plan.mixed &= fed
-    plan.local &= fed
+    # a mixed node copies its own core's pieces locally when every producer of them keeps its rows
+    by_host = {m.id for p, ms in plan.own.items() if p not in plan.keep_all for m, _ in ms}
+    by_host &= plan.mixed  # (the residual readers among them went back to host memory above)
+    by_host |= {n.id for n in sg.nodes if n.id in plan.mixed and n.layer in plan.flat}
+    plan.own_local = plan.mixed - by_host
+    plan.senders = {
+        unit_of(n)
+        for ns in plan.producers.values()
+        for n in ns
+        if n.id in plan.targets or n.id in plan.keep_all
+    }
     host: set[str] = set()
     for n in sg.nodes:
         for _, v in host_views(sg, n, plan):
@@ -420,8 +473,10 @@ def _derive(sg: SpatialGraph, plan: NocPlan) -> None:
 
 def _targets(sg: SpatialGraph, plan: NocPlan) -> None:
     """plan.targets: for every producer node, the (fed node, source) pairs on other cores that
-    read one of its pixels, in the order of the fed nodes on their cores; plan.senders."""
+    read one of its pixels, in the order of the fed nodes on their cores; plan.own: the same for
+    the mixed readers on its own core (window pieces, and residual pieces of `res_mixed` nodes)."""
     plan.targets = {}
+    plan.own = {}
     order = {n.id: i for nodes in sg.nodes_by_core().values() for i, n in enumerate(nodes)}
     fed_nodes = sorted(
         (m for m in sg.nodes if plan.receives(m)), key=lambda m: (m.core, order[m.id])
@@ -434,20 +489,22 @@ def _targets(sg: SpatialGraph, plan: NocPlan) -> None:
                 continue
             prods = plan.producers[src.layer]
             js = plan.readers.get((m.id, si))
-            if js is None:
+            own = plan.reads_own(m, src.input) and not src.flat
+            if js is None or own:
                 if src.layer not in spans:
                     spans[src.layer] = tuple(
                         np.array([getattr(n, f) for n in prods], np.int64)
                         for f in ("p0", "p1", "core")
                     )
                 p0, p1, core = spans[src.layer]
-                reads = _reads_any(plan, m, src, p0, p1) & (core != m.core)
-                js = plan.readers[m.id, si] = np.flatnonzero(reads).tolist()
+                reads = _reads_any(plan, m, src, p0, p1)
+                if js is None:
+                    js = plan.readers[m.id, si] = np.flatnonzero(reads & (core != m.core)).tolist()
+                if own:  # its own core's producers: copied locally when they keep their rows
+                    for j in np.flatnonzero(reads & (core == m.core)).tolist():
+                        plan.own.setdefault(prods[j].id, []).append((m, si))
             for j in js:
                 plan.targets.setdefault(prods[j].id, []).append((m, si))
-    plan.senders = {
-        unit_of(n) for ns in plan.producers.values() for n in ns if n.id in plan.targets
-    }
 
 
 def _reads_any(
@@ -486,6 +543,7 @@ def _layout(sg: SpatialGraph, plan: NocPlan) -> tuple[set[Unit], set[int]]:
     eb = plan.element_bytes
     limit = int(plan.local_bytes * PERSIST_SHARE)
     plan.ring_rows, plan.ring_base, plan.ring_row_bytes, plan.ring_pad = {}, {}, {}, {}
+    plan.keep_all = set()
     plan.out_rows, plan.out_base, plan.out_row_bytes, plan.persist = {}, {}, {}, {}
     plan.res_rows, plan.res_base, plan.res_row_bytes = {}, {}, {}
     over: set[Unit] = set()
@@ -493,7 +551,11 @@ def _layout(sg: SpatialGraph, plan: NocPlan) -> tuple[set[Unit], set[int]]:
     for core, nodes in sg.nodes_by_core().items():
         fed = [m for m in nodes if plan.is_fed(m)]
         res = [m for m in nodes if m.id in plan.res_fed]
-        send = [n for n in nodes if n.id in plan.targets]
+        # producers of their own core's mixed readers keep every output row when the rows fit
+        keep = {
+            n.id for n in nodes if n.id in plan.own and math.prod(_out_rows(sg, n, eb)) <= OUT_BYTES
+        }
+        send = [n for n in nodes if n.id in plan.targets or n.id in keep]
         if not fed and not send and not res:
             continue
         ring: dict[int, tuple[int, int, int]] = {}  # id -> (full rows, kernel rows, row bytes)
@@ -509,9 +571,7 @@ def _layout(sg: SpatialGraph, plan: NocPlan) -> tuple[set[Unit], set[int]]:
             plan.ring_pad[m.id] = ly.pads[1] if m.kind == NodeKind.MVM else 0
         outs: dict[int, tuple[int, int]] = {}  # id -> (rows, row bytes)
         for n in send:
-            w = sg.layers[n.layer].output.width
-            rows = (n.p1 - 1) // w - n.p0 // w + 1
-            rb = w * sg.layers[n.layer].cols * eb
+            rows, rb = _out_rows(sg, n, eb)
             outs[n.id] = (max(1, min(rows, OUT_BYTES // rb)), rb)
             plan.out_row_bytes[n.id] = rb
         rres: dict[int, tuple[int, int, int]] = {}  # id -> (all rows, ring rows, row bytes)
@@ -530,6 +590,16 @@ def _layout(sg: SpatialGraph, plan: NocPlan) -> tuple[set[Unit], set[int]]:
         used = sum(k * ring[i][2] for i, k in slots.items())  # bytes the buffers take
         used += sum(k * rres[i][2] for i, k in rslots.items())
         used += sum(k * outs[i][1] for i, k in outn.items())
+        # kept rows only take memory no other buffer needs: the largest go first (their readers
+        # then load those pieces from host memory, a residual goes back there; a producer that
+        # also sends keeps its sender's rows, which may shrink below like any sender's)
+        for i in sorted(keep, key=lambda i: -outn[i] * outs[i][1]):
+            if used <= limit:
+                break
+            keep.discard(i)
+            if i not in plan.targets:  # no sends either: no output rows at all
+                used -= outn.pop(i) * outs[i][1]
+                plan.out_row_bytes.pop(i)
         for i in sorted(ring, key=lambda i: -ring[i][0] * ring[i][2]):
             if used <= limit:
                 break
@@ -541,7 +611,7 @@ def _layout(sg: SpatialGraph, plan: NocPlan) -> tuple[set[Unit], set[int]]:
             used -= (rslots[i] - rres[i][1]) * rres[i][2]
             rslots[i] = rres[i][1]
         for i in outn:
-            if used > limit:
+            if used > limit and i not in keep:
                 used -= (outn[i] - 1) * outs[i][1]
                 outn[i] = 1
         if used > limit:
@@ -555,9 +625,10 @@ def _layout(sg: SpatialGraph, plan: NocPlan) -> tuple[set[Unit], set[int]]:
             elif big is not None:
                 over.add(unit_of(big))
             else:  # only output rows: the consumers of the largest sender go back to host
-                big_s = max(send, key=lambda n: outs[n.id][1])
+                big_s = max((n for n in send if n.id in plan.targets), key=lambda n: outs[n.id][1])
                 over.update(unit_of(m) for m, _ in plan.targets[big_s.id])
             continue
+        plan.keep_all |= keep
         top = plan.local_bytes
         for n in nodes:
             if n.id in slots:
@@ -576,6 +647,13 @@ def _layout(sg: SpatialGraph, plan: NocPlan) -> tuple[set[Unit], set[int]]:
     return over, over_res
 
 
+def _out_rows(sg: SpatialGraph, n: ComputeNode, eb: int) -> tuple[int, int]:
+    """(output rows, bytes of a whole output row) of producer node n."""
+    ly = sg.layers[n.layer]
+    w = ly.output.width
+    return (n.p1 - 1) // w - n.p0 // w + 1, w * ly.cols * eb
+
+
 def host_views(sg: SpatialGraph, n: ComputeNode, plan: NocPlan | None) -> list[tuple[int, object]]:
     """(input index, view) of what node n reads from host memory: a non-root row group reads only
     the window input; a fed unit's window input and a residual-fed node's residual arrive over
@@ -583,15 +661,15 @@ def host_views(sg: SpatialGraph, n: ComputeNode, plan: NocPlan | None) -> list[t
     ly = sg.layers[n.layer]
     ks = [0] if (n.kind == NodeKind.MVM and n.row_group > 0) else range(len(ly.inputs))
     noc = plan.receives(n) if plan is not None else ()
-    mixed = plan is not None and n.id in plan.mixed
+    mixed = plan is not None and n.id in plan.mixed and n.id not in plan.own_local
     return [(k, ly.inputs[k]) for k in ks if k not in noc or (k == 0 and mixed)]
 
 
 def token_views(sg: SpatialGraph, n: ComputeNode, plan: NocPlan | None) -> list[tuple[int, object]]:
     """The host views of node n whose order synchronization must guard: `host_views` without the
-    window input of a mixed or local node, which reads from host memory only what its own core
-    stored earlier in the same program (program order orders it, in every round)."""
-    own = plan is not None and (n.id in plan.mixed or n.id in plan.local)
+    window input of a mixed node, which reads from host memory only what its own core stored
+    earlier in the same program (program order orders it, in every round)."""
+    own = plan is not None and n.id in plan.mixed
     return [(k, v) for k, v in host_views(sg, n, plan) if not (k == 0 and own)]
 
 
