@@ -25,14 +25,15 @@ def resnet18():
 def test_the_finalist_that_simulates_faster_is_kept(resnet18):
     """resnet18 64x64 on arch-b, latency: the estimate puts a 0.85+fill plan first (1.73 ms),
     but a chunked plan of every crossbar, 1.5 % behind it in the estimate, runs 2.6 % faster
-    (1.89 vs 1.94 ms simulated); the compiler keeps that one. With one finalist it keeps the
-    estimate's first, which runs slower."""
+    (1.89 vs 1.94 ms simulated; the third finalist, 1.9 % behind, 1.98 ms); the compiler keeps
+    it. With one finalist it keeps the estimate's first, which runs slower."""
     res = compile_model(resnet18, ARCH, CompileOptions())
     fin = res.report["plan_finalists_ns"]
     est = res.report["plan_estimates_ns"]
-    first, second = fin  # the estimate's best first
-    assert est[first] < est[second] <= est[first] * (1 + compiler.FINALIST_MARGIN)
-    assert fin[second] < fin[first]
+    assert len(fin) == 3  # the estimate's best first, then the runners-up by estimate
+    first, second, third = fin
+    assert est[first] < est[second] <= est[third] <= est[first] * (1 + compiler.FINALIST_MARGIN)
+    assert fin[second] < fin[first] < fin[third]
     kept = simulate(res.program, ARCH, "latency", 1).latency_ns
     assert kept == fin[second]
     assert res.report["pass_time_s"]["finalists"] > 0

@@ -185,9 +185,9 @@ def own_pieces(ctx: LowerCtx, node: ComputeNode, iy: int, row: int, reg: int) ->
 
 
 def own_copies(ctx: LowerCtx, node: ComputeNode, iy: int, reg: int, k: int = 0) -> list[np.ndarray]:
-    """lmv the pieces of row iy of input k (0 the window, 1 the residual) that node n's own core
-    produced from the producers' output rows to the node's persistent row, at the addresses a
-    message of them would use (message_span)."""
+    """lmv the pieces of row iy of input k (0 the window, 1 the residual) that the node's own
+    core produced from the producers' output rows to the node's persistent row, at the addresses
+    a message of them would use (message_span)."""
     noc = ctx.sg.noc
     if not noc.reads_own(node, k):
         return []
@@ -198,10 +198,10 @@ def own_copies(ctx: LowerCtx, node: ComputeNode, iy: int, reg: int, k: int = 0) 
             continue
         src = noc.sources[node.layer][si]
         count, size, s0, s_step, d0, d_step = message_span(ctx.sg, noc, prod, node, src, iy, a, b)
-        k = np.arange(count, dtype=np.int64)
+        i = np.arange(count, dtype=np.int64)
         blk = Block(count)
-        blk.add(Opcode.SLDI, rd=reg, r2_or_imm=d0 + k * d_step)
-        blk.add(Opcode.SLDI, rd=s_reg, r2_or_imm=s0 + k * s_step)
+        blk.add(Opcode.SLDI, rd=reg, r2_or_imm=d0 + i * d_step)
+        blk.add(Opcode.SLDI, rd=s_reg, r2_or_imm=s0 + i * s_step)
         blk.add(Opcode.LMV, rd=reg, r1=s_reg, generic3=size)
         out.append(blk.build())
     return out
