@@ -103,6 +103,35 @@ def test_window_packing_keeps_concurrent_layers_on_different_cores():
     assert [n.core for n in packed] == [0, 1, 1] and list(load) == [10e3, 11e3]
 
 
+def test_fixed_nodes_keep_their_cores_and_the_rest_packs_around_them():
+    """pack_balanced(fixed=...) on two cores: a full-core node and two half-core nodes pack as
+    [0, 1, 1] by themselves; with the full-core node fixed on core 1 the others pack around it on
+    core 0. A fixed node whose core lacks the crossbars is refused in one line."""
+    from dataclasses import replace
+
+    import numpy as np
+    import pytest
+
+    from raptor.errors import PassFailedError
+    from raptor.spatial.ir import ComputeNode, NodeKind
+    from raptor.spatial.merging import pack_balanced
+
+    arch = replace(load_arch(str(ARCH_TINY)), cores_per_chip=2, core_layout=(1, 2))
+    cap = arch.crossbars_per_core
+    nodes = [
+        ComputeNode(0, 0, NodeKind.MVM, 0, 16, 0, 32, 0, 128, crossbars=cap),
+        ComputeNode(1, 1, NodeKind.MVM, 0, 16, 0, 32, 0, 128, crossbars=cap // 2),
+        ComputeNode(2, 2, NodeKind.MVM, 0, 16, 0, 32, 0, 128, crossbars=cap // 2),
+    ]
+    times = np.array([1e3, 5e3, 1e3])
+    free, _ = pack_balanced(arch, nodes, times)
+    assert [n.core for n in free] == [0, 1, 1]
+    placed, load = pack_balanced(arch, nodes, times, fixed={0: 1})
+    assert [n.core for n in placed] == [1, 0, 0] and list(load) == [6e3, 1e3]
+    with pytest.raises(PassFailedError, match="needs"):
+        pack_balanced(arch, nodes, times, fixed={1: 0, 0: 0})
+
+
 def test_core_span_is_the_longest_first_start_to_last_end_of_a_core():
     """The throughput rule of window packing (raptor.compiler._core_span_ns): core 0 holds layer 0
     (computing 0-4 us) and layer 2 (20-30 us), so it is busy with one input from 0 to 30 us and

@@ -38,6 +38,7 @@ def pack_balanced(
     times: np.ndarray,
     span: int | None = None,
     windows: dict[int, tuple[float, float]] | None = None,
+    fixed: dict[int, int] | None = None,
 ) -> tuple[list[ComputeNode], np.ndarray]:
     """Balanced packing; returns the placed nodes (input order) and the estimated load per core (ns).
 
@@ -52,7 +53,10 @@ def pack_balanced(
     `windows` (layer -> (start, end) ns): a node goes to the core whose load within the node's
     layer window is least, each placed node counting as its time spread evenly over its own
     layer's window (ties: the least total load). A layer without a window counts as overlapping
-    every other."""
+    every other.
+
+    `fixed` (node index -> core; chunk 0 and vector nodes): placed first, on their cores as given (a
+    planning experiment's own placement, benchmarks/stripes.py), and the others around them."""
     cores, cap = arch.core_count, arch.crossbars_per_core
     owner: dict[tuple[int, int, int, int], int] = {}
     for k, n in enumerate(nodes):
@@ -79,22 +83,31 @@ def pack_balanced(
     lo = np.full(cores, np.inf)
     hi = np.full(cores, -np.inf)
     overlap = _WindowLoad(windows or {}, cores)
-    for k in order:
+    fixed = fixed or {}
+    for k in [*fixed, *(k for k in order if k not in fixed)]:
         n = nodes[k]
         ok = used + n.crossbars <= cap
         if n.layer in holds:
             ok &= ~holds[n.layer]
-        if not ok.any():
-            raise _no_room(arch, n, used)
-        if span is not None:
-            near = ~np.isfinite(lo) | ((np.maximum(hi, n.layer) - np.minimum(lo, n.layer)) <= span)
-            if (ok & near).any():
-                ok &= near
-        if windows is None:
-            c = int(np.argmin(np.where(ok, load, np.inf)))
+        if k in fixed:
+            c = fixed[k]
+            if not ok[c]:
+                raise _no_room(arch, n, used)
         else:
-            busy = overlap.load(n.layer)
-            c = int(np.lexsort((np.where(ok, load, np.inf), np.where(ok, busy, np.inf)))[0])
+            if not ok.any():
+                raise _no_room(arch, n, used)
+            if span is not None:
+                near = ~np.isfinite(lo) | (
+                    (np.maximum(hi, n.layer) - np.minimum(lo, n.layer)) <= span
+                )
+                if (ok & near).any():
+                    ok &= near
+            if windows is None:
+                c = int(np.argmin(np.where(ok, load, np.inf)))
+            else:
+                busy = overlap.load(n.layer)
+                c = int(np.lexsort((np.where(ok, load, np.inf), np.where(ok, busy, np.inf)))[0])
+        if windows is not None:
             overlap.add(c, n.layer, times[k])
         lo[c] = min(lo[c], n.layer)
         hi[c] = max(hi[c], n.layer)
