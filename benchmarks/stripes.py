@@ -3,7 +3,7 @@
 of every layer of the given groups on each of `--replicas` cores, with aligned pixel ranges (each
 core computes the same stripe of every map of its group, in layer order, copying its own rows
 locally and exchanging halo rows with its neighbours), every other node packed around them by
-the compiler's own packer (merging.pack_balanced with `fixed`). The striped layers get whole-core
+the compiler's own packer (SpatialPlanningPass.place with `fixed`). The striped layers get whole-core
 row groups; `--one-tile-layers` gives others row groups of one tile so that they fit the
 crossbars the stripes leave free. The rest of the compile is Raptor's (one crossbar share, 0.85,
 no fill, one finalist). Prints the latency and when the striped layers end; writes a CSV and
@@ -28,8 +28,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
 from raptor.arch import load_arch
 from raptor.compiler import compile_to_dir
 from raptor.errors import PassFailedError
@@ -38,9 +36,7 @@ from raptor.models import build_model
 from raptor.options import CompileOptions
 from raptor.sim.layers import case_layers
 from raptor.spatial import planning
-from raptor.spatial.cost import lane_table
 from raptor.spatial.ir import LayerKind, NodeKind
-from raptor.spatial.merging import pack_balanced
 from raptor.spatial.noc import noc_edges
 from raptor.spatial.tiling import make_nodes
 from raptor.suite.runner import write_csv
@@ -90,30 +86,16 @@ def striped_apply(groups: list[tuple[str, int]], replicas: int, one_tile: list[s
             if fed is not None:
                 others = {i: r for i, r in reps.items() if i not in striped}
                 chunks = planning.choose_chunks(sg, others, fed)
-            nodes = make_nodes(sg, arch, reps, splits, chunks)
-            fixed, seen = {}, {}
-            for k, n in enumerate(nodes):
+            fixed, seen = {}, {}  # the node indices place() gives them (tiling.make_nodes)
+            for k, n in enumerate(make_nodes(sg, arch, reps, splits, chunks)):
                 if n.layer in striped:
                     j = n.replica if n.kind == NodeKind.MVM else seen.get(n.layer, 0)
                     seen[n.layer] = seen.get(n.layer, 0) + 1
                     fixed[k] = first_core(sg.layers[n.layer].name) + j
-            times = np.array(lane_table(arch, sg.layers, nodes)) * np.array(
-                [n.lanes for n in nodes], np.float64
-            )
             try:
-                placed, _ = pack_balanced(arch, nodes, times, None, self.windows, fixed)
+                return self.place(arch, sg, reps, splits, chunks, None, fixed)
             except PassFailedError as e:
                 last = e
-                continue
-            out = replace(
-                sg,
-                nodes=planning.place_snake(arch, placed),
-                core_count=arch.core_count,
-                crossbar_share=self.crossbar_share,
-                crossbar_fill=False,
-            )
-            out.replication = {sg.layers[i].name: r for i, r in reps.items()}
-            return out
         raise last  # type: ignore[misc]
 
     return apply

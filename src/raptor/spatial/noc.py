@@ -429,13 +429,7 @@ def _derive(sg: SpatialGraph, plan: NocPlan) -> None:
         _targets(sg, plan)
         over, over_res = _layout(sg, plan)
         # a residual whose own core's producer cannot keep its rows stays in host memory
-        same = {
-            m.id
-            for p, ms in plan.own.items()
-            if p not in plan.keep_all
-            for m, si in ms
-            if plan.sources[m.layer][si].input == 1
-        } - over_res
+        same = _unkept_readers(plan, 1) - over_res
         if not over and not over_res and not same:
             break
         plan.fed -= over
@@ -453,8 +447,7 @@ def _derive(sg: SpatialGraph, plan: NocPlan) -> None:
     fed = {n.id for n in sg.nodes if unit_of(n) in plan.fed}
     plan.mixed &= fed
     # a mixed node copies its own core's pieces locally when every producer of them keeps its rows
-    by_host = {m.id for p, ms in plan.own.items() if p not in plan.keep_all for m, _ in ms}
-    by_host &= plan.mixed  # (the residual readers among them went back to host memory above)
+    by_host = _unkept_readers(plan, 0)
     by_host |= {n.id for n in sg.nodes if n.id in plan.mixed and n.layer in plan.flat}
     plan.own_local = plan.mixed - by_host
     plan.senders = {
@@ -469,6 +462,18 @@ def _derive(sg: SpatialGraph, plan: NocPlan) -> None:
             host.add(v.buffer)
     host.update(b for b, buf in sg.buffers.items() if buf.role != BufferRole.ACT)
     plan.host_buffers = host
+
+
+def _unkept_readers(plan: NocPlan, k: int) -> set[int]:
+    """Ids of the nodes reading pieces of their input k from a producer on their own core that
+    does not keep its rows (so those pieces cannot be copied locally)."""
+    return {
+        m.id
+        for p, ms in plan.own.items()
+        if p not in plan.keep_all
+        for m, si in ms
+        if plan.sources[m.layer][si].input == k
+    }
 
 
 def _targets(sg: SpatialGraph, plan: NocPlan) -> None:

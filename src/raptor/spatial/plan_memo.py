@@ -14,10 +14,10 @@ same program and report, minus the comparison's time.
 The candidates are compared before synchronization (their message orders run without tokens), and
 the key leaves `--pim-disable-synchronization` out: the synchronization ablation's `no-sync`
 variant compiles the plan of `baseline` (and an ablation thereby compares the same placement with
-and without tokens). A latency compile then simulates its finalists (raptor.compiler.FINALISTS)
+and without tokens). A latency compile then simulates its finalists (raptor.options.FINALISTS)
 as compiled, tokens included, so without the memo a `no-sync` compile can keep the other
-finalist where tokens decide between them; the ablation runs `baseline` first. The key covers everything
-else the plan depends on: the model file and compiler code (the frontend cache's key,
+finalist where tokens decide between them; the ablation runs `baseline` first. The key covers
+everything else the plan depends on: the model file and compiler code (the frontend cache's key,
 raptor.frontend.cache), the architecture and every other compile option. A memo exists only
 where the frontend cache does (the suite runner's fast path, under the model's
 artifacts/common); files are written to a temporary name and renamed, and a memo that cannot be

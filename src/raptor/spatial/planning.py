@@ -222,24 +222,39 @@ class SpatialPlanningPass:
                 arch, sg, scale * self.crossbar_share, self.latency, self.noc, fill
             )
             chunks = choose_chunks(sg, reps, fed) if fed is not None else {}
-            nodes = make_nodes(sg, arch, reps, splits, chunks)
-            lanes = np.array(lane_table(arch, sg.layers, nodes))
-            times = lanes * np.array([n.lanes for n in nodes], np.float64)
             try:
-                placed, _ = pack_balanced(arch, nodes, times, span, self.windows)
+                return self.place(arch, sg, reps, splits, chunks, span)
             except PassFailedError as e:
                 last_err = e
-                continue
-            out = replace(
-                sg,
-                nodes=place_snake(arch, placed),
-                core_count=arch.core_count,
-                crossbar_share=self.crossbar_share,
-                crossbar_fill=self.fill_slowest,
-            )
-            out.replication = {sg.layers[i].name: r for i, r in reps.items()}
-            return out
         raise last_err  # type: ignore[misc]
+
+    def place(
+        self,
+        arch: Arch,
+        sg: SpatialGraph,
+        reps: dict[int, int],
+        splits: dict[int, int],
+        chunks: dict[int, int],
+        span: int | None = None,
+        fixed: dict[int, int] | None = None,
+    ) -> SpatialGraph:
+        """sg with the nodes of this replication (tiling.make_nodes) packed onto cores
+        (merging.pack_balanced, by the pass's windows; `fixed`: node index -> core for nodes
+        placed as given) and renumbered along the snake; raises PassFailedError when they do not
+        fit."""
+        nodes = make_nodes(sg, arch, reps, splits, chunks)
+        lanes = np.array(lane_table(arch, sg.layers, nodes))
+        times = lanes * np.array([n.lanes for n in nodes], np.float64)
+        placed, _ = pack_balanced(arch, nodes, times, span, self.windows, fixed)
+        out = replace(
+            sg,
+            nodes=place_snake(arch, placed),
+            core_count=arch.core_count,
+            crossbar_share=self.crossbar_share,
+            crossbar_fill=self.fill_slowest,
+        )
+        out.replication = {sg.layers[i].name: r for i, r in reps.items()}
+        return out
 
 
 @dataclass(frozen=True)
