@@ -445,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=FINALISTS,
         metavar="N",
         help="Raptor, latency mode: program the plan of the shortest estimated schedule and up "
-        f"to N - 1 runners-up whose estimates end within {FINALIST_MARGIN:.0%} of it, simulate "
+        f"to N - 1 runners-up whose estimates end within {FINALIST_MARGIN:.0%}% of it, simulate "
         "them and keep the fastest; 1: the estimate's choice, simulating nothing "
         f"(default: {FINALISTS})",
     )

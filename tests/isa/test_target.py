@@ -388,3 +388,17 @@ def test_every_option_has_a_help_text_with_its_default():
             if not ok or "\n" in h:
                 missing.append(f"{name} {action.option_strings or action.dest}")
     assert missing == []
+
+
+def test_every_subcommand_help_renders():
+    """argparse expands `%` in help texts when it prints them: a bare `5%` crashed `raptor
+    compile --help`. Render every parser's help the way --help does."""
+    broken = []
+    for name, sub in _subparsers(build_parser()):
+        try:
+            text = sub.format_help()
+        except (TypeError, ValueError, KeyError) as e:
+            broken.append(f"{name}: {e}")
+            continue
+        assert "usage:" in text
+    assert broken == []
