@@ -22,8 +22,24 @@ flight (one at rob_size 1, the value of every shipped architecture), each mvmul 
 t_core = MVM latency + its local-memory input read; the network input must be loaded and the
 output stored through the single global-memory request queue.
 
-* latency_lb_machine_ns = max(CP * t_core, sum P*I * t_core / (cores * rob), t_gm(in) + t_gm(out))
-* throughput_ub_machine_per_s = 1 / max(sum P*I * t_core / (cores * rob), t_gm(in) + t_gm(out))
+Two more costs of that model no program avoids, each charged at its cheapest:
+
+* every mvmul writes its outputs to local memory, cols x cell_precision / weight bits x output
+  bytes per crossbar it drives; each output pixel drives every crossbar of one copy of the layer
+  (X of them) at least once: at least P*X*that many bytes per layer, W_mvm = their write time
+  at the local memory's bytes per beat and write cycles;
+* an mvmul cannot add into its destination, so the T row tiles of a layer (per group) leave T - 1
+  partial sums per output element to add: W_add = sum P*g*(T-1)*C element additions at the
+  vector unit's cheapest per element cost (two local reads, one write, ceil(len / width) x
+  latency cycles, all taken per element: no vector is shorter than its length). Summing partial
+  sums on crossbars instead costs at least one t_core per 128 inputs, far more per element.
+  Depthwise layers packed block-diagonally need no partial sums.
+
+With the core's busy work W = sum P*I * t_core + W_mvm + W_add (one instruction at a time on
+rob_size 1; divided by rob otherwise, which only lowers the bound):
+
+* latency_lb_machine_ns = max(CP * t_core, W / (cores * rob), t_gm(in) + t_gm(out))
+* throughput_ub_machine_per_s = 1 / max(W / (cores * rob), t_gm(in) + t_gm(out))
 
 `program_bound` is the same argument for one compiled program: every core issues its own mvmuls
 and injects its own send flits (at least one link latency per flit) one after the other, and the
@@ -159,6 +175,33 @@ def mvm_occupancy_ns(arch: Arch) -> float:
     return mvm_cost(arch, bits).latency_ns + memory_latency_ns(arch.core.local_memory, read, False)
 
 
+def mvm_write_ns(arch: Arch, crossbars: int) -> float:
+    """Least local-memory write time of the outputs of `crossbars` crossbars driven by mvmuls
+    (pimsim-nn's write size per crossbar, beats taken fractionally: a lower bound)."""
+    m, lm = arch.matrix, arch.core.local_memory
+    per_xbar = m.cols * m.cell_precision / arch.weight_bits * math.ceil(arch.activation_bits / 8)
+    return crossbars * per_xbar / lm.data_width * lm.write_latency_cycle * lm.period
+
+
+def add_element_ns(arch: Arch) -> float:
+    """Least vector-unit time per element of an element-wise add (vvadd: two operand reads and
+    one write of the element, and its share of ceil(len / width) x latency cycles)."""
+    lm, c = arch.core.local_memory, arch.core
+    beat = arch.element_bytes / lm.data_width * lm.period
+    return (
+        beat * (2 * lm.read_latency_cycle + lm.write_latency_cycle)
+        + c.vector_latency_cycle / c.vector_width
+    )
+
+
+def _partial_sums(arch: Arch, ly: dict[str, Any]) -> int:
+    """Element additions per output pixel that a layer's row tiles leave (module docstring)."""
+    xr = arch.matrix.rows
+    if ly["groups"] > 1 and ly["cols"] == 1 and ly["rows"] <= xr:  # depthwise, packed blocks
+        return 0
+    return ly["groups"] * (math.ceil(ly["rows"] / xr) - 1) * ly["cols"]
+
+
 def _mvm_instructions(arch: Arch, ly: dict[str, Any]) -> int:
     """Fewest mvmul instructions per output pixel of a weight layer (module docstring)."""
     xr = arch.matrix.rows
@@ -179,7 +222,12 @@ def machine_bounds(
     cp = critical_path(graph) if cp is None else cp
     t = mvm_occupancy_ns(arch)
     instr = sum(ly["pixels"] * _mvm_instructions(arch, ly) for ly in layers)
-    issue = instr * t / (arch.core_count * arch.core.rob_size)
+    slots = arch.core_count * arch.core.rob_size
+    issue = instr * t / slots
+    writes = sum(ly["pixels"] * mvm_write_ns(arch, ly["crossbars"]) for ly in layers) / slots
+    adds = sum(ly["pixels"] * _partial_sums(arch, ly) for ly in layers) * add_element_ns(arch)
+    adds /= slots
+    work = issue + writes + adds
     eb = arch.element_bytes
     gm = arch.global_memory
     io = sum(
@@ -189,9 +237,12 @@ def machine_bounds(
         "mvm_occupancy_ns": t,
         "mvm_instructions_min": instr,
         "mvm_issue_ns": issue,
+        "mvm_write_ns": writes,
+        "partial_sum_ns": adds,
+        "core_work_ns": work,
         "global_memory_io_ns": io,
-        "latency_lb_machine_ns": max(cp * t, issue, io),
-        "throughput_ub_machine_per_s": 1e9 / max(issue, io) if instr else None,
+        "latency_lb_machine_ns": max(cp * t, work, io),
+        "throughput_ub_machine_per_s": 1e9 / max(work, io) if instr else None,
     }
 
 
