@@ -6,7 +6,11 @@ fraction of the ideal bounds, compile and simulate wall times. Writes CSV + PNG.
 
 It runs the suite runner (both compilers) and then joins `raptor.bounds` figures per case:
 `*_latency_vs_bound` = measured latency / budgeted latency lower bound (>= 1, lower is better),
-`*_throughput_vs_bound` = measured throughput / throughput upper bound (<= 1, higher is better).
+`*_throughput_vs_bound` = measured throughput / throughput upper bound (<= 1, higher is better),
+both against the ideal bounds (every crossbar busy), and `*_latency_vs_machine` /
+`*_throughput_vs_machine` against the machine bounds (`latency_lb_machine_ns`,
+`throughput_ub_machine_per_s`: any program on this machine model). It ends with how many Raptor
+latency programs are within MACHINE_TARGET x of the machine bound.
 """
 
 from __future__ import annotations
@@ -36,6 +40,36 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     out = Path(args.out_dir)
     rows = list(csv.DictReader(open(out / "results_comparison.csv", newline="")))
+    join_bounds(rows, out)
+    path = out / "results_benchmark.csv"
+    write_csv(path, list(rows[0]), rows)
+    _chart(rows, path.with_suffix(".png"))
+    for row in rows:
+        print(
+            f"{row['model']:>10} {row['arch']} {row['mode']:<10} p{row['pipeline']}: "
+            f"raptor {row['raptor_functional_validation']} lat/bound {row['raptor_latency_vs_bound']} "
+            f"tp/bound {row['raptor_throughput_vs_bound']} lat/machine {row['raptor_latency_vs_machine']} "
+            f"| pimcomp {row['pimcomp_functional_validation']} "
+            f"| speedup {row['latency_speedup']} tp-ratio {row['throughput_ratio']}"
+        )
+    lat = [r for r in rows if r["mode"] == "latency" and r.get("raptor_latency_vs_machine")]
+    if lat:
+        ratios = [float(r["raptor_latency_vs_machine"]) for r in lat]
+        ok = sum(x <= MACHINE_TARGET for x in ratios)
+        print(
+            f"Raptor latency programs within {MACHINE_TARGET:g}x of the machine bound: {ok} of "
+            f"{len(lat)} ({min(ratios):.2f}-{max(ratios):.2f}x)"
+        )
+    print(f"wrote {path}")
+    return rc
+
+
+MACHINE_TARGET = 3.0  # issue 15: Raptor latency within 3x of the machine bound
+
+
+def join_bounds(rows: list[dict], out: Path) -> None:
+    """Add the bounds of each row's model and chip (out/<model>/model.onnx) and every compiler's
+    result against them (module docstring) to the suite rows, in place."""
     from raptor.arch import load_arch
     from raptor.bounds import compute_bounds
 
@@ -45,42 +79,42 @@ def main(argv: list[str] | None = None) -> int:
         if key not in cache:
             cache[key] = compute_bounds(out / row["model"] / "model.onnx", load_arch(row["arch"]))
         b = cache[key]
-        row["latency_lb_ms"] = f"{b['latency_lb_budget_ns'] / 1e6:.6g}"
+        lb = b["latency_lb_budget_ns"] / 1e6
+        mlb = b["latency_lb_machine_ns"] / 1e6
+        mub = b["throughput_ub_machine_per_s"]
+        row["latency_lb_ms"] = f"{lb:.6g}"
         row["throughput_ub_ips"] = f"{b['throughput_ub_per_s']:.6g}"
+        row["machine_lb_ms"] = f"{mlb:.6g}"
+        row["machine_throughput_ub_ips"] = f"{mub:.6g}"
         for c in ("raptor", "pimcomp"):
             lat, tp = row.get(f"{c}_latency_ms"), row.get(f"{c}_throughput_ips")
-            row[f"{c}_latency_vs_bound"] = (
-                f"{float(lat) / (b['latency_lb_budget_ns'] / 1e6):.4g}" if lat else ""
-            )
+            row[f"{c}_latency_vs_bound"] = f"{float(lat) / lb:.4g}" if lat else ""
             row[f"{c}_throughput_vs_bound"] = (
                 f"{float(tp) / b['throughput_ub_per_s']:.4g}" if tp else ""
             )
-    path = out / "results_benchmark.csv"
-    write_csv(path, list(rows[0]), rows)
-    _chart(rows, path.with_suffix(".png"))
-    for row in rows:
-        print(
-            f"{row['model']:>10} {row['arch']} {row['mode']:<10} p{row['pipeline']}: "
-            f"raptor {row['raptor_functional_validation']} lat/bound {row['raptor_latency_vs_bound']} "
-            f"tp/bound {row['raptor_throughput_vs_bound']} | pimcomp {row['pimcomp_functional_validation']} "
-            f"| speedup {row['latency_speedup']} tp-ratio {row['throughput_ratio']}"
-        )
-    print(f"wrote {path}")
-    return rc
+            row[f"{c}_latency_vs_machine"] = f"{float(lat) / mlb:.4g}" if lat else ""
+            row[f"{c}_throughput_vs_machine"] = f"{float(tp) / mub:.4g}" if tp else ""
 
 
 def _chart(rows, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     labels = [case_label(r) for r in rows]
-    fig, axes = plt.subplots(2, 1, figsize=(max(7, 0.8 * len(rows) + 2), 8))
+    fig, axes = plt.subplots(3, 1, figsize=(max(7, 0.8 * len(rows) + 2), 11.5))
     for ax, (field, title) in zip(
         axes,
         (
-            ("latency_vs_bound", "latency / lower bound (lower is better, 1 = ideal)"),
-            ("throughput_vs_bound", "throughput / upper bound (higher is better, 1 = ideal)"),
+            ("latency_vs_bound", "latency / ideal lower bound (lower is better, 1 = ideal)"),
+            ("throughput_vs_bound", "throughput / ideal upper bound (higher is better, 1 = ideal)"),
+            (
+                "latency_vs_machine",
+                f"latency / machine lower bound (any program on this machine; dashed: "
+                f"{MACHINE_TARGET:g}x target)",
+            ),
         ),
     ):
+        if field == "latency_vs_machine":
+            ax.axhline(MACHINE_TARGET, color="k", linestyle="--", linewidth=0.8)
         for k, (c, color) in enumerate((("raptor", "tab:blue"), ("pimcomp", "tab:orange"))):
             vals = [float(r[f"{c}_{field}"]) if r.get(f"{c}_{field}") else 0.0 for r in rows]
             ax.bar(

@@ -179,3 +179,42 @@ def test_machine_work_terms_hold_for_compiled_programs():
         assert b["latency_lb_machine_ns"] <= rep.latency_ns
     tb = compute_bounds(model, tiny)
     assert tb["latency_lb_machine_ns"] == tb["core_work_ns"]
+
+
+def test_benchmark_joins_both_bounds(tmp_path):
+    """benchmarks/run.py puts every case beside its ideal and machine bounds: the ratios are the
+    measured figures over `raptor bounds`' own, and a case a compiler did not run stays empty."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    import onnx
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "pim"))
+    from toy import toy_resnet
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("bench_run", root / "benchmarks" / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    model = toy_resnet(hw=16, c=48)
+    (tmp_path / "toy").mkdir()
+    onnx.save(model, tmp_path / "toy" / "model.onnx")
+    rows = [
+        {"model": "toy", "arch": "arch-a", "mode": "latency", "raptor_latency_ms": "0.5",
+         "raptor_throughput_ips": "2000", "pimcomp_latency_ms": "", "pimcomp_throughput_ips": ""},
+    ]  # fmt: skip
+    run.join_bounds(rows, tmp_path)
+    b = compute_bounds(tmp_path / "toy" / "model.onnx", load_arch("arch-a"))
+    r = rows[0]
+    assert float(r["machine_lb_ms"]) == pytest.approx(b["latency_lb_machine_ns"] / 1e6, rel=1e-5)
+    assert float(r["raptor_latency_vs_machine"]) == pytest.approx(
+        0.5 / (b["latency_lb_machine_ns"] / 1e6), rel=1e-3
+    )
+    assert float(r["raptor_throughput_vs_machine"]) == pytest.approx(
+        2000 / b["throughput_ub_machine_per_s"], rel=1e-3
+    )
+    assert float(r["raptor_latency_vs_bound"]) == pytest.approx(
+        0.5 / (b["latency_lb_budget_ns"] / 1e6), rel=1e-3
+    )
+    assert r["pimcomp_latency_vs_machine"] == r["pimcomp_throughput_vs_machine"] == ""
