@@ -218,3 +218,31 @@ def test_benchmark_joins_both_bounds(tmp_path):
         0.5 / (b["latency_lb_budget_ns"] / 1e6), rel=1e-3
     )
     assert r["pimcomp_latency_vs_machine"] == r["pimcomp_throughput_vs_machine"] == ""
+
+
+def test_bounds_command_prints_a_summary_or_json(tmp_path, capsys):
+    """`raptor bounds` prints what sets each bound; --json prints every figure of compute_bounds."""
+    import json
+    import sys
+    from pathlib import Path
+
+    import onnx
+
+    from raptor.cli import main
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "pim"))
+    from toy import toy_resnet
+
+    path = tmp_path / "toy.onnx"
+    onnx.save(toy_resnet(hw=16, c=48), path)
+    tiny = str(Path(__file__).resolve().parent / "fixtures" / "arch-tiny.json")
+    b = compute_bounds(path, load_arch(tiny))
+    assert main(["bounds", str(path), "--arch", tiny, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(b))
+    assert main(["bounds", str(path), "--arch", tiny]) == 0
+    out = capsys.readouterr().out
+    # on 8 cores the core work sets the machine bound (test_machine_work_terms_hold_...)
+    assert f"latency    >= {b['latency_lb_machine_ns'] / 1e6:.4f} ms, set by the core work" in out
+    assert f"output writes {b['mvm_write_ns'] / 1e6:.4f}" in out
+    assert f"partial sums {b['partial_sum_ns'] / 1e6:.4f}" in out
+    assert out.startswith(f"bounds of {b['model']} on {b['arch']}")

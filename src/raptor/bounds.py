@@ -269,3 +269,43 @@ def program_bound(prog: Any, arch: Arch) -> dict[str, float]:
         "global_memory_queue_ns": queue_ns,
         "latency_lb_program_ns": max(core_ns, queue_ns),
     }
+
+
+def format_bounds(b: dict[str, Any]) -> str:
+    """The figures of `compute_bounds` as a short text: what each bound is and which term sets
+    it (`raptor bounds`; --json prints them all)."""
+    ms = 1e6
+
+    def tp(x: float | None) -> str:
+        return "-" if x is None else f"{x:,.1f} inferences/s"
+
+    chain = b["critical_path_layers"] * b["mvm_occupancy_ns"]
+    terms = {
+        "layer chain": chain,
+        "core work": b["core_work_ns"],
+        "global-memory I/O": b["global_memory_io_ns"],
+    }
+    sets = max(terms, key=terms.get)
+    return "\n".join(
+        [
+            f"bounds of {b['model']} on {b['arch']}: {b['weight_layers']} weight layers, "
+            f"{b['crossbars_needed']} of {b['crossbars_available']} crossbars for one copy, "
+            f"critical path {b['critical_path_layers']} layers",
+            f"ideal (every crossbar computes at once, one MVM {b['mvm_ns']:g} ns):",
+            f"  latency    >= {b['latency_lb_budget_ns'] / ms:.4f} ms "
+            f"(no replication {b['latency_lb_no_replication_ns'] / ms:.4f} ms, unlimited "
+            f"crossbars {b['latency_lb_unlimited_ns'] / ms:.4f} ms)",
+            f"  throughput <= {tp(b['throughput_ub_per_s'])}",
+            f"  energy     >= {b['mvm_energy_floor_uj']:,.1f} uJ per inference (crossbar MVMs)",
+            "machine (any program on this machine model; an mvmul holds its core "
+            f"{b['mvm_occupancy_ns']:g} ns):",
+            f"  latency    >= {b['latency_lb_machine_ns'] / ms:.4f} ms, set by the {sets}",
+            f"    layer chain        {chain / ms:.4f} ms",
+            f"    core work          {b['core_work_ns'] / ms:.4f} ms = mvm issue "
+            f"{b['mvm_issue_ns'] / ms:.4f} + output writes {b['mvm_write_ns'] / ms:.4f} + "
+            f"partial sums {b['partial_sum_ns'] / ms:.4f} "
+            f"({b['mvm_instructions_min']:,} mvmuls at least)",
+            f"    global-memory I/O  {b['global_memory_io_ns'] / ms:.4f} ms",
+            f"  throughput <= {tp(b['throughput_ub_machine_per_s'])}",
+        ]
+    )

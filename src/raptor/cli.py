@@ -209,10 +209,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_bounds(args: argparse.Namespace) -> int:
     from raptor.arch import load_arch
-    from raptor.bounds import compute_bounds
+    from raptor.bounds import compute_bounds, format_bounds
 
     b = compute_bounds(args.model, load_arch(args.arch))
-    print(json.dumps(b, indent=2))
+    print(json.dumps(b, indent=2) if args.json else format_bounds(b))
     return 0
 
 
@@ -506,10 +506,17 @@ def build_parser() -> argparse.ArgumentParser:
     vp.set_defaults(func=_cmd_validate)
 
     bp = sub.add_parser(
-        "bounds", help="ideal latency/throughput/energy bounds of a model on a chip"
+        "bounds",
+        help="ideal and machine latency/throughput bounds and the energy floor of a model on a chip",
     )
     bp.add_argument("model", help="ONNX model file")
     bp.add_argument("--arch", required=True, help=f"{arch_help} (required)")
+    bp.add_argument(
+        "--json",
+        action="store_true",
+        help="print every figure (and the best replication) as JSON instead of the summary "
+        "(default: off)",
+    )
     bp.set_defaults(func=_cmd_bounds)
     return p
 
