@@ -505,6 +505,10 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "host_memory_bytes": stats["host_memory_bytes"],
         "host_load_bytes_per_layer": stats["host_load_bytes"],
         "host_load_bytes": int(sum(stats["host_load_bytes"].values())),
+        "halo_exchange": {  # raptor.pim.halo: replicas of a host-input layer sharing halo rows
+            "nodes": stats.get("halo_nodes", 0),
+            "rows_received": stats.get("halo_rows_received", 0),
+        },
         "host_store_bytes": stores,
         "host_bytes_per_inference": _bytes_of(prog, Opcode.LD) + stores,
         "noc_bytes_per_inference": _bytes_of(prog, Opcode.SEND),

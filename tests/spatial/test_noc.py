@@ -383,3 +383,32 @@ def test_row_group_tiles_spread_layers_over_more_cores(tmp_path, capsys):
         "raptor: error: row group tiles must be >= 0 (0: as many as fit one core), got -1\n"
     )
     assert not (tmp_path / "o").exists()
+
+
+def test_first_conv_replicas_share_halo_rows(monkeypatch):
+    """resnet18 at 64x64, latency on arch-b with half the crossbars for replication: conv1's 26
+    replicas read the input image from host memory, up to 11 rows each for a ring of 7. Each
+    loads only the rows it owns and receives its other window rows, into its halo buffer, from
+    the replicas owning them (raptor.pim.halo), so host loads fall by the duplicated rows; the
+    values still match onnxruntime and the exchanges (prologue send/recv in rounds) run to the
+    end. The same compile without the exchange loads every window row from host memory."""
+    import raptor.pim.codegen as codegen
+
+    arch = load_arch("arch-b")
+    model = build_model("resnet18", input_size=64)
+    # one plan (the estimate does not see the exchange), with fewer conv1 replicas than rows
+    opts = CompileOptions(finalists=1, crossbar_shares=(0.5,), fill_shares=())
+    res, rep, err = _values(model, arch, opts, 64)
+    halo = res.report["halo_exchange"]
+    assert err <= 1e-3
+    assert halo["nodes"] >= 2 and halo["rows_received"] > 0
+    conv1 = res.report["host_load_bytes_per_layer"]["conv1"]
+    row = 64 * 3 * arch.element_bytes
+    monkeypatch.setattr(codegen, "halo_plan", lambda sg, lines: {})
+    res0, rep0, err0 = _values(model, arch, opts, 64)
+    assert err0 <= 1e-3 and res0.report["halo_exchange"]["nodes"] == 0
+    conv1_0 = res0.report["host_load_bytes_per_layer"]["conv1"]
+    # every row received is a row not loaded, and the image itself is loaded at least once
+    assert conv1_0 - conv1 == halo["rows_received"] * row
+    assert conv1 >= 64 * row
+    assert _ops(res.program, Opcode.SEND) - _ops(res0.program, Opcode.SEND) == halo["rows_received"]

@@ -9,6 +9,7 @@ one matrix. A stream never ends in a scalar/setbw (pimsim-nn would not finish it
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -18,8 +19,10 @@ from raptor.errors import PassFailedError
 from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram
 from raptor.isa.table import concat, make
+from raptor.pim.halo import halo_plan
 from raptor.pim.lowering import lower_node_bands
 from raptor.pim.lowering_ctx import LowerCtx
+from raptor.pim.lowering_lines import use_line_buffer
 from raptor.pim.lowering_noc import noc_prologue
 from raptor.spatial.ir import BufferRole, NodeKind, SpatialGraph, SyncToken, TokenKind
 from raptor.spatial.tiling import row_tiles
@@ -61,6 +64,8 @@ def generate(
             f"host memory needs {host_bytes} bytes, {arch.name} global memory has {arch.global_memory.memory_size}"
         )
     ctx = LowerCtx(arch, sg, address, sg.reduce_links(), line_buffers=line_buffers)
+    if sg.noc is not None:
+        ctx.halo = halo_plan(sg, partial(use_line_buffer, ctx))
     by_core = sg.nodes_by_core()
     n_cores = arch.core_count
     cores: list[np.ndarray] = []
@@ -136,6 +141,8 @@ def generate(
         "local_memory_peak_bytes": local_peak,
         "host_memory_bytes": host_bytes,
         "host_load_bytes": host_ld,
+        "halo_nodes": len(ctx.halo),
+        "halo_rows_received": sum(b - a for h in ctx.halo.values() for a, b in [h.received]),
         "host_buffers": {
             b: {
                 "address": address[b],

@@ -17,6 +17,7 @@ class LowerCtx:
     links: dict[int, tuple[tuple[int, ...], int]] = field(default_factory=dict)  # reduce_links
     line_choice: dict[tuple[int, int, int, int], bool] = field(default_factory=dict)
     line_buffers: bool = True  # False: a line buffer only where the NoC dataflow needs it
+    halo: dict = field(default_factory=dict)  # node id -> raptor.pim.halo.HaloNode
 
     @property
     def eb(self) -> int:

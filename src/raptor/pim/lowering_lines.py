@@ -141,6 +141,9 @@ def lower_mvm_lines(
     # a fed node's rows sit in its persistent NoC buffer, padding zeroed at program start
     ring = None if fed else alloc.alloc(kh * row_bytes, "ring")
     zero_row = alloc.alloc(row_bytes, "zero row")
+    halo = ctx.halo.get(node.id)  # rows other replicas load and send (raptor.pim.halo)
+    h0, h1 = halo.received if halo is not None else (0, 0)
+    hbuf = alloc.alloc((h1 - h0) * row_bytes, "halo") if h1 > h0 else None
     cross = [(a, b) for a, b in tiles if a // krow != (b - 1) // krow]
     win = alloc.alloc(max((b - a for a, b in cross), default=1) * eb, "window")
     ps_a = alloc.alloc(cols * eb, "psum")
@@ -158,6 +161,8 @@ def lower_mvm_lines(
     # [x0, x1) of a row, which every load writes, and the padding)
     spans = [] if fed else ring_padding(ring, kh, row_bytes, pl, v.width, wp, c * eb)
     spans += chunks(zero_row, row_bytes)
+    if hbuf is not None:
+        spans += chunks(hbuf, (h1 - h0) * row_bytes)
     zero_all = [
         make(Opcode.LLDI, rd=R_ZERO, r2_or_imm=0, generic1=OFFSET_RD, generic2=a, generic3=n)
         for a, n in spans
@@ -169,7 +174,11 @@ def lower_mvm_lines(
     mbiw = arch.weight_bits
 
     def slot(iy: int) -> int:
-        return noc.in_row_addr(node, iy) if fed else ring + (iy % kh) * row_bytes
+        if fed:
+            return noc.in_row_addr(node, iy)
+        if h0 <= iy < h1:
+            return hbuf + (iy - h0) * row_bytes
+        return ring + (iy % kh) * row_bytes
 
     sender = last and noc is not None and noc.writes_rows(node)
     res_fed = noc is not None and node.id in noc.res_fed
@@ -196,6 +205,17 @@ def lower_mvm_lines(
             ]
         return load_host_row(v, iy, x0, x1, base, t_addr, eb)
 
+    if halo is not None:
+        blocks += [r for iy in halo.preload for r in load_row(iy)]
+        inner, size = (x0 + pl) * c * eb, (x1 - x0) * c * eb
+        for send, peer, a, b in halo.exchanges:
+            op = Opcode.SEND if send else Opcode.RECV
+            for iy in range(a, b):
+                blocks += [
+                    sldi(t_addr, slot(iy) + inner),
+                    make(op, rd=t_addr, r2_or_imm=peer, generic3=size),
+                ]
+                loaded.add(iy)
     steps = line_steps(ctx, node, bands, before, after)
     # One lane block holds the pixels of every step: its records run lane by lane, so each step's
     # pixels are one contiguous run of them, cut out below between the step's messages, loads
