@@ -55,6 +55,10 @@ def halo_plan(sg: SpatialGraph, lines: Callable[[ComputeNode], bool]) -> dict[in
     `lines(node)`: the node is lowered over a line buffer."""
     by_core = sg.nodes_by_core()
     first_on_core = {ns[0].id for ns in by_core.values() if ns}
+    by_layer: dict[int, list[ComputeNode]] = {}
+    for n in sg.nodes:
+        if n.kind == NodeKind.MVM:
+            by_layer.setdefault(n.layer, []).append(n)
     out: dict[int, HaloNode] = {}
     for layer in sg.layers:
         if layer.kind != LayerKind.GEMM or layer.row_groups != 1:
@@ -62,7 +66,7 @@ def halo_plan(sg: SpatialGraph, lines: Callable[[ComputeNode], bool]) -> dict[in
         v = layer.inputs[0]
         if v.chw is not None or sg.buffers[v.buffer].role == BufferRole.ACT:
             continue
-        nodes = [n for n in sg.nodes if n.layer == layer.index and n.kind == NodeKind.MVM]
+        nodes = by_layer.get(layer.index, [])
         if len(nodes) < 2 or not _plain(sg, layer, nodes, first_on_core):
             continue
         if not all(lines(n) for n in nodes):
