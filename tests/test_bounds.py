@@ -92,25 +92,64 @@ def test_machine_bounds_by_hand():
     # one mvmul holds a core 2601 ns + pimsim-nn's 2048-byte local read (32 beats x 20 ns)
     t = 2601 + 640
     assert b["mvm_occupancy_ns"] == t
-    # c1: 1 row tile, c2: 576 rows -> 5 row tiles (64 pixels each), fc: 1 row tile, 1 pixel
-    assert b["mvm_instructions_min"] == 64 * 1 + 64 * 5 + 1
-    assert b["mvm_issue_ns"] == pytest.approx(385 * t / 168)
-    # every mvmul writes 16 outputs x 2 B per crossbar (64 B beats at 30 ns); one copy of c1 and
-    # c2 span 4 and 20 crossbars (64 columns of 16-bit weights in 2-bit cells: 512 cell columns),
-    # fc 1 (80 cell columns)
+    # an mvmul takes at most 128 input entries: c1 feeds 64 windows of 27, c2 64 of 576 (4.5 row
+    # tiles: its last 64 rows of two pixels can share one mvmul block-diagonally), fc one of 64
+    entries = 64 * 27 + 64 * 576 + 64
+    assert b["mvm_instructions_min"] == math.ceil(entries / 128) == 302
+    assert b["window_sets"] == 3
+    assert b["mvm_issue_ns"] == pytest.approx(302 * t / 168)
+    # every mvmul writes 16 outputs x 2 B per crossbar (64 B beats at 30 ns); c1's and c2's
+    # 64 output columns of 16-bit weights in 2-bit cells fill 4 crossbars per input vector
+    # (1 and 5 vectors per pixel), fc's 10 a 0.625 of one
     xbar_ns = 32 / 64 * 30
-    writes = (64 * 4 + 64 * 20 + 1 * 1) * xbar_ns
+    writes = (64 * 4 + 64 * 5 * 4 + 1 * 0.625) * xbar_ns
     assert b["mvm_write_ns"] == pytest.approx(writes / 168)
     # c2's 5 row tiles leave 4 partial sums of 64 columns per pixel; one element added costs
     # 2 reads of 2 B at 20 ns per 64 B beat, a write at 30 ns, and 4 cycles per 32 lanes
     add = 2 / 64 * (2 * 20 + 30) + 4 / 32
     assert b["partial_sum_ns"] == pytest.approx(64 * 4 * 64 * add / 168)
-    work = (385 * t + writes + 64 * 4 * 64 * add) / 168
+    work = (302 * t + writes + 64 * 4 * 64 * add) / 168
     assert b["core_work_ns"] == pytest.approx(work)
     # input 384 B = 12 beats of 32 B at 40 ns; output 20 B = 1 beat at 50 ns
     assert b["global_memory_io_ns"] == 12 * 40 + 50
     assert b["latency_lb_machine_ns"] == 3 * t  # the chain of three weight layers dominates
     assert b["throughput_ub_machine_per_s"] == pytest.approx(1e9 / work)
+
+
+def test_machine_bound_counts_shared_windows_once():
+    """Siblings (layers reading the same input with the same window) can share one input vector:
+    the compiler merges them, so the bound counts them once, and a program never issues fewer
+    mvmuls than the bound says. A 147-row window (7x7x3) leaves 19 rows that several pixels share
+    one mvmul for: 147/128 mvmuls per pixel, not 2."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "pim"))
+    from toy import OnnxBuilder
+
+    from raptor.compiler import compile_model
+    from raptor.frontend import load_graph
+    from raptor.isa.opcodes import Opcode
+    from raptor.options import CompileOptions
+
+    bld = OnnxBuilder(0)
+    x = bld.conv("x", 3, 16, k=7, pad=3)
+    a = bld.conv(bld.conv(x, 16, 8, k=1, pad=0), 8, 8)
+    c = bld.conv(bld.conv(x, 16, 8, k=1, pad=0), 8, 8)
+    y = bld.node("Flatten", [bld.node("GlobalAveragePool", [bld.node("Add", [a, c])])], axis=1)
+    model = bld.model([1, 3, 8, 8], bld.gemm(y, 8, 5), [1, 5])
+    arch = load_arch("arch-a")
+    b = compute_bounds(load_graph(model), arch)
+    assert (b["weight_layers"], b["window_sets"]) == (6, 5)
+    entries = 64 * 147 + 64 * 16 + 2 * 64 * 72 + 8
+    assert b["mvm_instructions_min"] == math.ceil(entries / 128)
+    counts = []
+    for opts in (CompileOptions(), CompileOptions(disable_sibling_merge=True)):
+        prog = compile_model(model, arch, opts).program
+        counts.append(sum(int((s["opcode"] == Opcode.MVMUL).sum()) for s in prog.cores))
+    assert counts[0] < counts[1]  # the merged siblings share their mvmuls
+    # counted per layer and per row tile, the bound would claim more than the merged program
+    assert 64 * 2 + 2 * 64 + 2 * 64 + 1 > counts[0] >= b["mvm_instructions_min"]
 
 
 def test_machine_bounds_hold_for_compiled_programs():

@@ -15,27 +15,40 @@ B = the chip's crossbars.
   schedule can avoid
 
 The ideal bounds let every crossbar run at once. The *machine* bounds hold for any program on this
-machine model (`machine_bounds`): an mvmul drives one array group, which spans at most one
-crossbar row tile and one core's crossbars, so output pixel p of a layer needs at least
-I = row tiles x column slices mvmul instructions; a core keeps at most rob_size instructions in
-flight (one at rob_size 1, the value of every shipped architecture), each mvmul occupying it for
-t_core = MVM latency + its local-memory input read; the network input must be loaded and the
-output stored through the single global-memory request queue.
+machine model that feeds each output pixel its own window (`machine_bounds`): every input entry
+of an mvmul belongs to one output pixel's window, as in Raptor's and PIMCOMP's im2col mappings.
+An mvmul drives one array group: one input vector of at most xbar_rows entries, into at most one
+core's crossbars. Layers that read the same input with the same window (siblings: googlenet's
+inception 1x1 convs) can share one input vector, so they count once, as a *window set*; and
+windows shorter than a crossbar (a row tile's remainder: 19 of conv1's 147 rows, 64 of a
+576-row 3x3 conv) can share one mvmul block-diagonally, several pixels or layers at a time, as
+depthwise groups do. So a window set of P pixels, g groups, R rows and C columns per group feeds
+at least P*g*R input entries and performs P*g*R*C multiply-adds, and an mvmul takes at most
+xbar_rows entries and xbar_rows x crossbars_per_core x (xbar_cols / cells per weight) of them:
+
+* mvmuls >= I = max(sum P*g*R / xbar_rows, sum P*g*R*C / (that many multiply-adds))
+
+A core keeps at most rob_size instructions in flight (one at rob_size 1, the value of every
+shipped architecture), each mvmul occupying it for t_core = MVM latency + its local-memory input
+read; the network input must be loaded and the output stored through the single global-memory
+request queue. Mappings that let one input entry serve several overlapping windows (a Toeplitz
+weight layout, many more crossbars per copy) are outside this bound.
 
 Two more costs of that model no program avoids, each charged at its cheapest:
 
 * every mvmul writes its outputs to local memory, cols x cell_precision / weight bits x output
-  bytes per crossbar it drives; each output pixel drives every crossbar of one copy of the layer
-  (X of them) at least once: at least P*X*that many bytes per layer, W_mvm = their write time
-  at the local memory's bytes per beat and write cycles;
-* an mvmul cannot add into its destination, so the T row tiles of a layer (per group) leave T - 1
-  partial sums per output element to add: W_add = sum P*g*(T-1)*C element additions at the
-  vector unit's cheapest per element cost (two local reads, one write, ceil(len / width) x
-  latency cycles, all taken per element: no vector is shorter than its length). Summing partial
-  sums on crossbars instead costs at least one t_core per 128 inputs, far more per element.
-  Depthwise layers packed block-diagonally need no partial sums.
+  bytes per crossbar it drives; a pixel's window of R rows takes at least T = ceil(R / xbar_rows)
+  input vectors, each of whose C outputs a crossbar column block writes: at least
+  P*g*T*C*cells/xbar_cols crossbar writes per window set, W_mvm = their write time at the local
+  memory's bytes per beat and write cycles;
+* an mvmul cannot add into its destination, so the T >= ceil(R / xbar_rows) blocks of a window
+  leave T - 1 partial sums per output element to add: W_add = sum P*g*(T-1)*C element additions
+  at the vector unit's cheapest per element cost (two local reads, one write, ceil(len / width)
+  x latency cycles, all taken per element: no vector is shorter than its length). Summing
+  partial sums on crossbars instead costs at least one t_core per xbar_rows inputs, far more per
+  element.
 
-With the core's busy work W = sum P*I * t_core + W_mvm + W_add (one instruction at a time on
+With the core's busy work W = I * t_core + W_mvm + W_add (one instruction at a time on
 rob_size 1; divided by rob otherwise, which only lowers the bound):
 
 * latency_lb_machine_ns = max(CP * t_core, W / (cores * rob), t_gm(in) + t_gm(out))
@@ -59,6 +72,8 @@ from raptor.arch.loader import Arch
 from raptor.arch.timing import memory_latency_ns, mvm_cost, mvm_local_read_bytes
 from raptor.frontend.graph import Graph
 
+_WINDOW_DEFAULTS = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1)}
+
 
 def weight_layers(graph: Graph, arch: Arch) -> list[dict[str, Any]]:
     """Shape figures of every crossbar (weight-stationary) layer, in graph order."""
@@ -69,6 +84,10 @@ def weight_layers(graph: Graph, arch: Arch) -> list[dict[str, Any]]:
             g = int(n.attrs.get("group", 1))
             out = graph.shapes[n.outputs[0]]
             rows, cols, pixels = kh * kw * cin_g, cout // g, out[2] * out[3]
+            window = (
+                n.inputs[0], kh, kw, g,
+                *(tuple(n.attrs.get(k) or d) for k, d in _WINDOW_DEFAULTS.items()),
+            )  # fmt: skip
             if g > 1 and cols == 1 and rows <= arch.matrix.rows:
                 per_block = arch.matrix.rows // rows  # depthwise: groups packed block-diagonally
                 xbars = arch.crossbars_for(per_block * rows, per_block) * math.ceil(g / per_block)
@@ -79,6 +98,7 @@ def weight_layers(graph: Graph, arch: Arch) -> list[dict[str, Any]]:
             rows, cols = n.params["W"].shape
             g, pixels = 1, 1
             xbars = naive = arch.crossbars_for(rows, cols)
+            window = (n.inputs[0], "gemm")
         else:
             continue
         layers.append(
@@ -93,6 +113,7 @@ def weight_layers(graph: Graph, arch: Arch) -> list[dict[str, Any]]:
                 "crossbars_naive": naive,
                 "inputs": n.inputs,
                 "outputs": n.outputs,
+                "window": window,
             }
         )
     return layers
@@ -175,9 +196,10 @@ def mvm_occupancy_ns(arch: Arch) -> float:
     return mvm_cost(arch, bits).latency_ns + memory_latency_ns(arch.core.local_memory, read, False)
 
 
-def mvm_write_ns(arch: Arch, crossbars: int) -> float:
+def mvm_write_ns(arch: Arch, crossbars: float) -> float:
     """Least local-memory write time of the outputs of `crossbars` crossbars driven by mvmuls
-    (pimsim-nn's write size per crossbar, beats taken fractionally: a lower bound)."""
+    (pimsim-nn's write size per crossbar, beats and crossbars taken fractionally: a lower
+    bound)."""
     m, lm = arch.matrix, arch.core.local_memory
     per_xbar = m.cols * m.cell_precision / arch.weight_bits * math.ceil(arch.activation_bits / 8)
     return crossbars * per_xbar / lm.data_width * lm.write_latency_cycle * lm.period
@@ -194,24 +216,22 @@ def add_element_ns(arch: Arch) -> float:
     )
 
 
-def _partial_sums(arch: Arch, ly: dict[str, Any]) -> int:
-    """Element additions per output pixel that a layer's row tiles leave (module docstring)."""
-    xr = arch.matrix.rows
-    if ly["groups"] > 1 and ly["cols"] == 1 and ly["rows"] <= xr:  # depthwise, packed blocks
-        return 0
-    return ly["groups"] * (math.ceil(ly["rows"] / xr) - 1) * ly["cols"]
-
-
-def _mvm_instructions(arch: Arch, ly: dict[str, Any]) -> int:
-    """Fewest mvmul instructions per output pixel of a weight layer (module docstring)."""
-    xr = arch.matrix.rows
-    if ly["groups"] > 1 and ly["cols"] == 1 and ly["rows"] <= xr:  # depthwise, packed blocks
-        return math.ceil(ly["groups"] / (xr // ly["rows"]))
-    tiles = math.ceil(ly["rows"] / xr)
-    slices = math.ceil(
-        arch.crossbars_for(min(ly["rows"], xr), ly["cols"]) / arch.crossbars_per_core
-    )
-    return ly["groups"] * tiles * slices
+def window_sets(layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Weight layers grouped by the input vectors they can share: the same input read with the
+    same window (siblings), in graph order; each set with its pixels P, groups g, window rows R,
+    summed columns C and its layers' names (module docstring)."""
+    sets: dict[tuple, dict[str, Any]] = {}
+    for ly in layers:
+        ws = sets.get(ly["window"])
+        if ws is None:
+            sets[ly["window"]] = {
+                "layers": [ly["name"]],
+                **{k: ly[k] for k in ("pixels", "groups", "rows", "cols")},
+            }
+        else:
+            ws["layers"].append(ly["name"])
+            ws["cols"] += ly["cols"]
+    return list(sets.values())
 
 
 def machine_bounds(
@@ -221,11 +241,20 @@ def machine_bounds(
     layers = weight_layers(graph, arch) if layers is None else layers
     cp = critical_path(graph) if cp is None else cp
     t = mvm_occupancy_ns(arch)
-    instr = sum(ly["pixels"] * _mvm_instructions(arch, ly) for ly in layers)
+    m = arch.matrix
+    cells = arch.weight_bits / m.cell_precision  # cell columns per weight
+    macs_per_mvm = m.rows * arch.crossbars_per_core * m.cols / cells
+    sets = window_sets(layers)
+    entries = sum(ws["pixels"] * ws["groups"] * ws["rows"] for ws in sets)
+    macs = sum(ws["pixels"] * ws["groups"] * ws["rows"] * ws["cols"] for ws in sets)
+    instr = math.ceil(max(entries / m.rows, macs / macs_per_mvm))
     slots = arch.core_count * arch.core.rob_size
     issue = instr * t / slots
-    writes = sum(ly["pixels"] * mvm_write_ns(arch, ly["crossbars"]) for ly in layers) / slots
-    adds = sum(ly["pixels"] * _partial_sums(arch, ly) for ly in layers) * add_element_ns(arch)
+    blocks = [ws["pixels"] * ws["groups"] * math.ceil(ws["rows"] / m.rows) for ws in sets]
+    xbar_writes = sum(b * ws["cols"] * cells / m.cols for b, ws in zip(blocks, sets))
+    writes = mvm_write_ns(arch, xbar_writes) / slots
+    partial = sum(ws["pixels"] * ws["groups"] * ws["cols"] for ws in sets)
+    adds = (sum(b * ws["cols"] for b, ws in zip(blocks, sets)) - partial) * add_element_ns(arch)
     adds /= slots
     work = issue + writes + adds
     eb = arch.element_bytes
@@ -236,6 +265,7 @@ def machine_bounds(
     return {
         "mvm_occupancy_ns": t,
         "mvm_instructions_min": instr,
+        "window_sets": len(sets),
         "mvm_issue_ns": issue,
         "mvm_write_ns": writes,
         "partial_sum_ns": adds,
@@ -304,7 +334,7 @@ def format_bounds(b: dict[str, Any]) -> str:
             f"    core work          {b['core_work_ns'] / ms:.4f} ms = mvm issue "
             f"{b['mvm_issue_ns'] / ms:.4f} + output writes {b['mvm_write_ns'] / ms:.4f} + "
             f"partial sums {b['partial_sum_ns'] / ms:.4f} "
-            f"({b['mvm_instructions_min']:,} mvmuls at least)",
+            f"({b['mvm_instructions_min']:,} mvmuls at least, {b['window_sets']} window sets)",
             f"    global-memory I/O  {b['global_memory_io_ns'] / ms:.4f} ms",
             f"  throughput <= {tp(b['throughput_ub_machine_per_s'])}",
         ]
