@@ -17,6 +17,8 @@ from raptor.options import (
     FINALISTS,
     ROW_GROUP_TILES_LATENCY,
     ROW_SEGMENTS,
+    SMALL_LAYER_GROUP_TILES_LATENCY,
+    SMALL_LAYER_PIXELS,
     CompileOptions,
 )
 
@@ -106,6 +108,7 @@ def compile_options(args: argparse.Namespace) -> CompileOptions:
         disable_window_packing=args.pim_disable_window_packing,
         row_segments=args.pim_row_segments,
         row_group_tiles=args.pim_row_group_tiles,
+        small_layer_group_tiles=args.pim_small_layer_group_tiles,
         crossbar_shares=args.pim_crossbar_shares,
         fill_shares=args.pim_fill_shares,
         finalists=args.pim_finalists,
@@ -426,6 +429,19 @@ def build_parser() -> argparse.ArgumentParser:
         "0: as many as fit one core. Smaller groups spread a layer's MVMs over more cores for "
         f"the same crossbars (default: {ROW_GROUP_TILES_LATENCY} in a planned latency compile, "
         "else 0)",
+    )
+    cp.add_argument(
+        "--pim-small-layer-group-tiles",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="N",
+        help="Raptor: plan once for each N, cutting the weight layers of at most "
+        f"{SMALL_LAYER_PIXELS} output pixels into row groups of N tiles (0: as the other "
+        "layers), and keep the plan whose estimated schedule ends first (the first wins ties) "
+        "or, in latency mode, the fastest finalist "
+        f"(default: {' '.join(map(str, SMALL_LAYER_GROUP_TILES_LATENCY))} in a planned latency "
+        "compile with the NoC dataflow, else 0)",
     )
     cp.add_argument(
         "--pim-crossbar-shares",

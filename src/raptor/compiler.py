@@ -128,6 +128,8 @@ def _compile_model(model: str | Path | Any, arch: Arch, opts: CompileOptions) ->
     res = CompileResult(prog, _report(arch, opts, sg, prog, stats, est, timed.times))
     if len(built) > 1:
         res.report["plan_finalists_ns"] = {f.label: round(t, 1) for f, t in zip(finals, ran)}
+    if finals[k].label:
+        res.report["plan_kept"] = finals[k].label
     return _with_bounds(res, graph, arch)
 
 
@@ -212,8 +214,12 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     raptor.options.CROSSBAR_SHARES_LATENCY, fewer replicas) and each of `opts.fill_shares` (the
     rest of the crossbars then buying replicas of the slowest layer; FILL_SHARES), the
     variant that won (chunks or not) is planned and repacked again, and kept only when it ends
-    strictly first. With a `memo` (spatial/plan_memo.py) holding this compile's choice, the
-    planning pass runs once, with it."""
+    strictly first. All that runs with the first row-group size in
+    `opts.small_layer_group_tiles` for the layers of at most raptor.options.SMALL_LAYER_PIXELS
+    output pixels; each further size (a tiling that changes no layer's row groups is skipped)
+    plans every replication again but only with the winner's choice of chunks, and must end
+    strictly first; the finalists come from all of them. With a `memo` (spatial/plan_memo.py) holding this compile's choice,
+    the tiling and planning passes run once, with it."""
     from raptor.spatial.passes import spatial_passes
     from raptor.spatial.planning import SpatialPlanningPass
 
@@ -232,10 +238,15 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
         for p in passes:
             sg = timed(p.name, p.apply, arch, sg)
         return [_Final("", sg, None, None)]
-    for p in passes[:at]:
+    from raptor.spatial.tiling import TilingPass
+
+    tiling = next(i for i, p in enumerate(passes) if isinstance(p, TilingPass))
+    for p in passes[:tiling]:
         sg = timed(p.name, p.apply, arch, sg)
+    untiled = sg
     recipe = memo.get() if memo is not None else None
     if recipe is not None:
+        sg = _tiled(arch, untiled, passes, tiling, at, recipe.small_tiles, timed)
         sg.notes.plan_estimates_ns.update(recipe.estimates)
         changes = {
             "chunks": recipe.chunks,
@@ -243,7 +254,69 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
             "crossbar_share": recipe.crossbar_share,
             "fill_slowest": recipe.fill_slowest,
         }
-        return [_Final("", _planned(arch, sg, passes, at, timed, **changes), None, None)]
+        planned = _planned(arch, sg, passes, at, timed, **changes)
+        return [_Final(recipe.label, planned, None, None)]
+    pipelined = opts.mode == "throughput"
+    best, cands, groups, estimates = None, [], None, {}
+    for small in opts.small_layer_group_tiles:
+        sg = _tiled(arch, untiled, passes, tiling, at, small, timed)
+        shape = [ly.row_groups for ly in sg.layers]
+        if groups is not None and shape == groups:
+            continue  # no small layer changes its row groups: the same plans
+        groups = groups or shape
+        chunks = None if best is None else best.chunks
+        found, more = _search(arch, sg, passes, at, opts, small, timed, chunks)
+        estimates.update(sg.notes.plan_estimates_ns)
+        cands += more
+        # another tiling must be strictly better than the first
+        if found is not None and (best is None or found.est < best.est):
+            best = found
+    finals = [best]
+    if not pipelined and best.first is not None:
+        near = [c for c in cands if c is not best and c.est <= best.est * (1 + FINALIST_MARGIN)]
+        finals += sorted(near, key=lambda c: c.est)[: opts.finalists - 1]
+    for c in finals:
+        c.planned.notes.plan_estimates_ns.update(estimates)
+    return [
+        _Final(
+            c.label,
+            c.planned,
+            _synchronized(arch, c.planned, c.first, opts, timed),
+            PlanRecipe(
+                c.chunks,
+                c.windows,
+                estimates,
+                c.crossbar_share,
+                c.fill_slowest,
+                c.small_tiles,
+                c.label,
+            ),
+        )
+        for c in finals
+    ]
+
+
+def _tiled(arch: Arch, sg, passes, tiling: int, at: int, small: int, timed: PassTimer):
+    """sg after the tiling pass passes[tiling], with `small` row tiles per group of the layers of
+    few pixels, and the passes between it and planning (passes[at])."""
+    for p in [replace(passes[tiling], small_tiles=small), *passes[tiling + 1 : at]]:
+        sg = timed(p.name, p.apply, arch, sg)
+    return sg
+
+
+def _search(
+    arch: Arch,
+    sg,
+    passes,
+    at: int,
+    opts: CompileOptions,
+    small: int,
+    timed: PassTimer,
+    chunks_only: bool | None = None,
+):
+    """The candidate plans of one tiling (`_plan`): (the one whose estimate ends first; every
+    candidate). `chunks_only`: plan only with (True) or without (False) pixel chunks, as the
+    first tiling's winner, instead of trying both."""
     pipelined = opts.mode == "throughput"
     replications = [(x, False) for x in opts.crossbar_shares]
     replications += [(x, True) for x in opts.fill_shares]
@@ -255,6 +328,8 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
         if best is None and k:
             break  # every candidate's order got stuck
         variants = (True, False) if passes[at].chunks else (False,)
+        if chunks_only is not None:
+            variants = (chunks_only,)
         for chunks in variants if k == 0 else (best.chunks,):
             how = {"chunks": chunks, "crossbar_share": share, "fill_slowest": fill}
             planned = _planned(arch, sg, passes, at, timed, **how)
@@ -264,9 +339,10 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
                 continue  # another replication bought the same replicas: the same plan
             tried.append(planned.nodes)
             est, first = _trial(arch, planned, timed)
-            label = _label(chunks, share, fill)
+            label = _label(chunks, share, fill, small)
             sg.notes.plan_estimates_ns[label] = est
             cand = _Candidate(est, _core_span_ns(first), planned, first, None, label, **how)
+            cand = cand._replace(small_tiles=small)
             cands.append(cand)
             # chunks must be strictly better than contiguous ranges, later replications than the first
             if best is None or est < best.est or (est == best.est and not chunks and k == 0):
@@ -275,32 +351,20 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
                 chunked_est = est
             if opts.disable_window_packing or (not chunks and est > chunked_est):
                 continue  # contiguous ranges are repacked only when they planned no worse than chunks
-            for cand in _repack(arch, sg, passes, at, how, first, timed):
+            for cand in _repack(arch, sg, passes, at, how, first, timed, small):
                 cands.append(cand)
                 if cand.est < best.est and (not pipelined or cand.span < best.span):
                     best = cand
-    finals = [best]
-    if not pipelined and best.first is not None:
-        near = [c for c in cands if c is not best and c.est <= best.est * (1 + FINALIST_MARGIN)]
-        finals += sorted(near, key=lambda c: c.est)[: opts.finalists - 1]
-    estimates = dict(sg.notes.plan_estimates_ns)
-    return [
-        _Final(
-            c.label,
-            c.planned,
-            _synchronized(arch, c.planned, c.first, opts, timed),
-            PlanRecipe(c.chunks, c.windows, estimates, c.crossbar_share, c.fill_slowest),
-        )
-        for c in finals
-    ]
+    return best, cands
 
 
-def _label(chunks: bool, share: float, fill: bool) -> str:
+def _label(chunks: bool, share: float, fill: bool, small: int = 0) -> str:
     """A candidate plan's name in plan_estimates_ns: "chunked" or "contiguous", "@share" when its
     replication could buy only that share of the crossbars by time cut, "+fill" when the rest then
-    bought replicas of the slowest layer."""
+    bought replicas of the slowest layer, "/small<N>" when the layers of few pixels were cut into
+    row groups of N tiles."""
     name = ("chunked" if chunks else "contiguous") + ("" if share == 1.0 else f"@{share:g}")
-    return name + ("+fill" if fill else "")
+    return name + ("+fill" if fill else "") + (f"/small{small}" if small else "")
 
 
 class _Final(NamedTuple):
@@ -328,6 +392,7 @@ class _Candidate(NamedTuple):
     chunks: bool
     crossbar_share: float
     fill_slowest: bool
+    small_tiles: int = 0
 
 
 def _synchronized(arch: Arch, planned, first, opts: CompileOptions, timed: PassTimer):
@@ -393,7 +458,7 @@ def _core_span_ns(first) -> float:
     return max((b - a for a, b in span.values()), default=0.0)
 
 
-def _repack(arch: Arch, sg, passes, at: int, how: dict, first, timed: PassTimer):
+def _repack(arch: Arch, sg, passes, at: int, how: dict, first, timed: PassTimer, small: int = 0):
     """Window packing: up to REPACK_ROUNDS rounds, each placing the nodes by the load within
     their layers' time windows (merging.pack_balanced) of the last estimated execution of this
     plan variant that ended first (starting with `first`, the variant's own first round). A
@@ -401,7 +466,7 @@ def _repack(arch: Arch, sg, passes, at: int, how: dict, first, timed: PassTimer)
     branches, a pool beside its sibling convolution) stop sharing cores and waiting for each
     other. `how`: the planning fields of the variant (chunks, crossbar share, fill). Returns the
     `_Candidate` of every round that shortened the estimate."""
-    label = _label(how["chunks"], how["crossbar_share"], how["fill_slowest"])
+    label = _label(how["chunks"], how["crossbar_share"], how["fill_slowest"], small)
     out = []
     if first is None:  # the variant's order got stuck: no estimated execution to take windows from
         return out
@@ -418,7 +483,11 @@ def _repack(arch: Arch, sg, passes, at: int, how: dict, first, timed: PassTimer)
             break
         kept = (est, first)
         span = _core_span_ns(first)
-        out.append(_Candidate(est, span, planned, first, windows, f"{label}_repacked{r}", **how))
+        out.append(
+            _Candidate(
+                est, span, planned, first, windows, f"{label}_repacked{r}", **how, small_tiles=small
+            )
+        )
     return out
 
 

@@ -29,6 +29,19 @@ FINALIST_MARGIN = 0.05
 # throughput by 16 % (more nodes a core serialises per input), so throughput keeps 0.
 ROW_GROUP_TILES_LATENCY = 3
 
+# Row-group sizes a planned latency compile tries for the weight layers of at most
+# SMALL_LAYER_PIXELS output pixels (0: ROW_GROUP_TILES_LATENCY like the others), one candidate
+# plan search each (raptor.compiler._plan); the estimate and the finalists choose. Such a layer
+# has few pixels to pipeline and one replica of many tiles (resnet layer4: 36 tiles, 49
+# pixels), so its nodes' time is its tiles' mvmuls and partial sums per pixel, and two-tile
+# groups spread them over half again as many cores. Measured on the 8 default latency cases
+# (raptor-only suite), the 2-tile plan alone: resnet18 arch-b 13.14 -> 11.69 ms, resnet34 arch-b
+# 29.89 -> 27.01, googlenet arch-a 12.01 -> 11.90, vgg8 arch-a 2.47 -> 2.45, but resnet18
+# arch-a +0.8 %, resnet34 arch-a +3.0 %, googlenet arch-b +4.7 %; 1-tile groups and a limit of
+# 64 or 196 pixels measured worse (vgg8 arch-a 3.16 ms with 64).
+SMALL_LAYER_PIXELS = 49
+SMALL_LAYER_GROUP_TILES_LATENCY = (0, 2)
+
 # Shares of the chip's crossbars the replication of a planned latency compile may buy: the
 # compiler plans once per share and keeps the plan whose message order ends first
 # (raptor.compiler._plan). Replicas bought with every crossbar fill the cores, so layers that
@@ -70,6 +83,10 @@ class CompileOptions:
     # Raptor: row tiles per row group (0: as many as fit one core); None: ROW_GROUP_TILES_LATENCY
     # for a planned latency compile by Raptor, else 0
     row_group_tiles: int | None = None
+    # Raptor: row-group sizes tried for layers of at most SMALL_LAYER_PIXELS output pixels, one
+    # candidate plan search each (0: row_group_tiles); None: SMALL_LAYER_GROUP_TILES_LATENCY for
+    # a planned latency compile with the NoC dataflow, else (0,)
+    small_layer_group_tiles: tuple[int, ...] | None = None
     # Raptor: shares of the crossbars replication may buy, one candidate plan each, the first
     # winning ties; None: CROSSBAR_SHARES_LATENCY in latency mode, (1.0,) in throughput mode
     crossbar_shares: tuple[float, ...] | None = None
@@ -102,6 +119,18 @@ class CompileOptions:
         if self.row_group_tiles < 0:
             raise RaptorError(
                 f"row group tiles must be >= 0 (0: as many as fit one core), got {self.row_group_tiles}"
+            )
+        if self.small_layer_group_tiles is None:
+            planned = self.compiler == "raptor" and not self.disable_spatial_planning
+            noc = planned and not self.disable_noc_dataflow and self.mode == "latency"
+            tiles = SMALL_LAYER_GROUP_TILES_LATENCY if noc else (0,)
+            object.__setattr__(self, "small_layer_group_tiles", tiles)
+        small = tuple(int(t) for t in self.small_layer_group_tiles)
+        object.__setattr__(self, "small_layer_group_tiles", small)
+        if not small or any(t < 0 for t in small) or len(set(small)) < len(small):
+            raise RaptorError(
+                "small-layer group tiles must be distinct numbers >= 0 (0: as other layers), "
+                f"got {list(small)}"
             )
         crossbar = CROSSBAR_SHARES_LATENCY if self.mode == "latency" else (1.0,)
         self._set_shares("crossbar", crossbar, empty_ok=False)

@@ -175,7 +175,7 @@ def test_window_packing_cuts_googlenet_latency():
     (both plan with every crossbar: one share, test_crossbar_shares.py covers the others)."""
     arch = load_arch("arch-a")
     model = build_model("googlenet", input_size=64)
-    one = {"crossbar_shares": (1.0,), "fill_shares": ()}
+    one = {"crossbar_shares": (1.0,), "fill_shares": (), "small_layer_group_tiles": (0,)}
     res, rep, err = _values(model, arch, CompileOptions(**one), 64)
     off = CompileOptions(disable_window_packing=True, **one)
     res_o, rep_o, err_o = _values(model, arch, off, 64)
@@ -267,13 +267,14 @@ def test_same_core_residual_is_copied_from_its_producers_rows(monkeypatch):
 
     arch = load_arch("arch-b")
     model = build_model("resnet18", input_size=32)
-    res, _, err = _values(model, arch, CompileOptions(disable_synchronization=True), 32)
+    one = {"small_layer_group_tiles": (0,)}  # the plan of one tiling (test_small_layers.py)
+    res, _, err = _values(model, arch, CompileOptions(disable_synchronization=True, **one), 32)
     nd = res.report["noc_dataflow"]
     assert err <= 1e-3
     assert nd["residual_own_nodes"] == 2
     assert nd["demoted_units"] == {} and nd["host_activation_buffers"] == []
     monkeypatch.setattr(noc, "OUT_BYTES", 1)
-    res_h, _, err_h = _values(model, arch, CompileOptions(), 32)
+    res_h, _, err_h = _values(model, arch, CompileOptions(**one), 32)
     nd_h = res_h.report["noc_dataflow"]
     assert err_h <= 1e-3
     assert nd_h["residual_own_nodes"] == 0

@@ -87,7 +87,8 @@ def test_the_key_leaves_out_synchronization_only(tmp_path):
 
 def test_recipe_round_trip_and_unreadable_memo(tmp_path):
     windows = {0: (0.0, 1234.5), 7: (1e-3, 2.0 / 3.0)}
-    r = PlanRecipe(True, windows, {"chunked": 5.0, "chunked@0.85+fill_repacked1": 4.25}, 0.85, True)
+    est = {"chunked": 5.0, "chunked@0.85+fill/small2_repacked1": 4.25}
+    r = PlanRecipe(True, windows, est, 0.85, True, 2, "chunked@0.85+fill/small2_repacked1")
     memo = PlanMemo(tmp_path / "plans" / "k.json")
     memo.put(r)
     assert memo.get() == r  # floats and layer keys come back exactly

@@ -6,7 +6,8 @@ With the NoC dataflow the compiler (raptor.compiler._plan) runs the planning pas
 candidate, an execution on estimated times; that comparison is most of a compile. What it
 decides is a `PlanRecipe`: whether the winning plan has pixel chunks, the layer windows its
 placement packed by (None: packed by total load), the share of the crossbars its replication
-bought (and whether the rest then bought replicas of the slowest layer), and the estimate of
+bought (and whether the rest then bought replicas of the slowest layer), the row-group size of
+its layers of few pixels (raptor.options.SMALL_LAYER_PIXELS), and the estimate of
 every candidate (the compile report's `plan_estimates_ns`). The planning pass given the recipe's
 fields rebuilds exactly the winning plan, so a compile that finds its recipe here writes the
 same program and report, minus the comparison's time.
@@ -37,7 +38,7 @@ from raptor.arch import Arch
 from raptor.options import CompileOptions
 
 MEMO_DIR = "plans"
-FORMAT = 3
+FORMAT = 4
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class PlanRecipe:
     estimates: dict[str, float]
     crossbar_share: float = 1.0
     fill_slowest: bool = False
+    small_tiles: int = 0  # row tiles per group of the layers of few pixels (0: as the others)
+    label: str = ""  # the plan's name in `estimates` (the compile report's `plan_kept`)
 
     def to_json(self) -> dict:
         windows = None
@@ -61,6 +64,8 @@ class PlanRecipe:
             "estimates": self.estimates,
             "crossbar_share": self.crossbar_share,
             "fill_slowest": self.fill_slowest,
+            "small_tiles": self.small_tiles,
+            "label": self.label,
         }
 
     @staticmethod
@@ -71,7 +76,8 @@ class PlanRecipe:
         windows = None if w is None else {int(k): (float(a), float(b)) for k, (a, b) in w.items()}
         estimates = {str(k): float(v) for k, v in d["estimates"].items()}
         share, fill = float(d["crossbar_share"]), bool(d["fill_slowest"])
-        return PlanRecipe(bool(d["chunks"]), windows, estimates, share, fill)
+        small, label = int(d["small_tiles"]), str(d["label"])
+        return PlanRecipe(bool(d["chunks"]), windows, estimates, share, fill, small, label)
 
 
 @dataclass(frozen=True)

@@ -149,18 +149,30 @@ def crossbars_needed(sg: SpatialGraph, arch: Arch) -> int:
 @dataclass(frozen=True)
 class TilingPass:
     """Tile every GEMM layer onto crossbars (one replica); records row groups (NoC reduction
-    trees; at most `group_tiles` row tiles each unless 0) and adds the reciprocal-count constants
+    trees; at most `group_tiles` row tiles each unless 0, `small_tiles` for the layers of few
+    output pixels when it is not 0) and adds the reciprocal-count constants
     of average pools. Fails if the model needs more crossbars than the chip."""
 
     group_tiles: int = 0  # raptor.options.CompileOptions.row_group_tiles
+    # row tiles per group of the layers of at most SMALL_LAYER_PIXELS output pixels (0:
+    # group_tiles; raptor.options.CompileOptions.small_layer_group_tiles)
+    small_tiles: int = 0
     name: ClassVar[str] = "conv-to-gemm-tiling"
+
+    def layer_group_tiles(self, layer) -> int:
+        """Row tiles per group of a GEMM layer (0: as many as fit one core)."""
+        from raptor.options import SMALL_LAYER_PIXELS
+
+        if self.small_tiles and layer.output.pixels <= SMALL_LAYER_PIXELS:
+            return self.small_tiles
+        return self.group_tiles
 
     def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
         eb = arch.element_bytes
         layers, buffers, consts = list(sg.layers), dict(sg.buffers), dict(sg.const_values)
         for i, layer in enumerate(layers):
             if layer.kind == LayerKind.GEMM:
-                groups = row_groups(arch, layer.rows, layer.cols, self.group_tiles)
+                groups = row_groups(arch, layer.rows, layer.cols, self.layer_group_tiles(layer))
                 if groups > 1:
                     layers[i] = replace(layer, row_groups=groups)
             elif layer.kind == LayerKind.AVGPOOL:
