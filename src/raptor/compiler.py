@@ -268,8 +268,10 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
         found, more = _search(arch, sg, passes, at, opts, small, timed, chunks)
         estimates.update(sg.notes.plan_estimates_ns)
         cands += more
-        # another tiling must be strictly better than the first
-        if found is not None and (best is None or found.est < best.est):
+        if found is None:
+            continue  # with the first tiling's chunks, no layer got more than one chunk
+        # another tiling must be strictly better than the first (and, pipelined, span less)
+        if best is None or (found.est < best.est and (not pipelined or found.span < best.span)):
             best = found
     finals = [best]
     if not pipelined and best.first is not None:
@@ -314,8 +316,8 @@ def _search(
     timed: PassTimer,
     chunks_only: bool | None = None,
 ):
-    """The candidate plans of one tiling (`_plan`): (the one whose estimate ends first; every
-    candidate). `chunks_only`: plan only with (True) or without (False) pixel chunks, as the
+    """The candidate plans of one tiling (`_plan`): (the one whose estimate ends first, None when
+    `chunks_only` left no candidate; every candidate). `chunks_only`: plan only with (True) or without (False) pixel chunks, as the
     first tiling's winner, instead of trying both."""
     pipelined = opts.mode == "throughput"
     replications = [(x, False) for x in opts.crossbar_shares]

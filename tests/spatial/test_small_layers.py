@@ -123,3 +123,22 @@ def test_a_memo_hit_replays_the_small_layer_tiling(tmp_path, monkeypatch):
     assert [c.tobytes() for c in hit.program.cores] == [c.tobytes() for c in fresh.program.cores]
     assert hit.report["plan_kept"] == fresh.report["plan_kept"] == recipe.label
     assert "/small2" in recipe.label  # the only tiling
+
+
+def test_throughput_mode_takes_the_option_too():
+    """Asked for in throughput mode, the second tiling competes under that mode's rule (a
+    shorter estimate and a shorter core span); the program computes onnxruntime's values."""
+    import numpy as np
+    from toy import max_rel_err, reference
+
+    model = _model(hw=8)
+    opts = CompileOptions(mode="throughput", pipeline=2, small_layer_group_tiles=(0, 2))
+    res = compile_model(model, ARCH, opts)
+    assert any("/small2" in k for k in res.report["plan_estimates_ns"])
+    assert res.report["plan_kept"] in res.report["plan_estimates_ns"]
+    rng = np.random.default_rng(0)
+    ins = [{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(2)]
+    rep = simulate(res.program, ARCH, "throughput", 2, ins)
+    for out, ref in zip(rep.outputs, reference(model, ins)):
+        for k, want in ref.items():
+            assert max_rel_err(np.asarray(out[k]).reshape(want.shape), want) <= 1e-3
