@@ -145,8 +145,10 @@ def test_machine_bound_counts_shared_windows_once():
     assert b["mvm_instructions_min"] == math.ceil(entries / 128)
     counts = []
     for opts in (CompileOptions(), CompileOptions(disable_sibling_merge=True)):
-        prog = compile_model(model, arch, opts).program
-        counts.append(sum(int((s["opcode"] == Opcode.MVMUL).sum()) for s in prog.cores))
+        res = compile_model(model, arch, opts)
+        counts.append(sum(int((s["opcode"] == Opcode.MVMUL).sum()) for s in res.program.cores))
+        ratio = counts[-1] / b["mvm_instructions_min"]
+        assert res.report["mvm_vs_machine_min"] == pytest.approx(ratio, abs=1e-4)
     assert counts[0] < counts[1]  # the merged siblings share their mvmuls
     # counted per layer and per row tile, the bound would claim more than the merged program
     assert 64 * 2 + 2 * 64 + 2 * 64 + 1 > counts[0] >= b["mvm_instructions_min"]
