@@ -97,6 +97,14 @@ def test_cli_option_is_recorded(tmp_path, capsys):
     assert main([*argv, "--pim-small-layer-group-tiles", "0", "1"]) == 0
     target = json.loads((tmp_path / "o" / "pim" / "target.json").read_text())
     assert target["options"]["small_layer_group_tiles"] == [0, 1]
+    # `raptor inspect` names the kept plan and the mvmuls against the bound's minimum
+    report = json.loads((tmp_path / "o" / "compile_report.json").read_text())
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    kept, ratio = report["plan_kept"], report["mvm_vs_machine_min"]
+    assert f"plan           {kept}, the kept one of {len(report['plan_estimates_ns'])}" in out
+    assert f"= {ratio:.3f}x the fewest any program needs" in out and ratio >= 1
     capsys.readouterr()
     assert main([*argv, "--pim-small-layer-group-tiles", "2", "2"]) == EXIT_USER_ERROR
     err = capsys.readouterr().err.strip().splitlines()

@@ -39,6 +39,7 @@ def inspect_pimdir(path: str | Path, arch=None, force_target: bool = False) -> d
         )
     files = {p.name: p.stat().st_size for p in sorted(path.iterdir()) if p.is_file()}
     return {
+        "plan": _plan_summary(path.parent / "compile_report.json"),
         "dir": str(path),
         "core_cnt": prog.core_cnt,
         "active_cores": sum(1 for s in prog.cores if len(s)),
@@ -57,6 +58,30 @@ def inspect_pimdir(path: str | Path, arch=None, force_target: bool = False) -> d
         "target": None if prog.target is None else prog.target.to_dict(),
         "fit": fit,
         "per_core": per_core,
+    }
+
+
+def _plan_summary(report_path: Path) -> dict[str, Any] | None:
+    """The plan choice of a compile, from the compile_report.json beside pim/ (None without
+    one): the kept plan's name, its estimate, the candidates compared, the finalists' simulated
+    latencies, and the program's mvmuls against the fewest any program needs (raptor.bounds)."""
+    import json
+
+    try:
+        rep = json.loads(report_path.read_text())
+    except (OSError, ValueError):
+        return None
+    est = rep.get("plan_estimates_ns") or {}
+    kept = rep.get("plan_kept")
+    mvm = (rep.get("instructions_by_opcode") or {}).get("mvmul")
+    return {
+        "kept": kept,
+        "estimate_ns": est.get(kept) if kept else None,
+        "candidates": len(est),
+        "finalists_ns": rep.get("plan_finalists_ns") or {},
+        "mvm_instructions": mvm,
+        "mvm_instructions_min": (rep.get("bounds") or {}).get("mvm_instructions_min"),
+        "mvm_vs_machine_min": rep.get("mvm_vs_machine_min"),
     }
 
 
@@ -90,6 +115,20 @@ def format_summary(s: dict[str, Any]) -> str:
             "per core, local memory peak "
             + ("unknown" if peak is None else f"{peak}")
             + f" of {fit['chip_local_memory_bytes']} bytes"
+        )
+    plan = s.get("plan")
+    if plan and plan["kept"]:
+        line = f"plan           {plan['kept']}, the kept one of {plan['candidates']} candidates"
+        if plan["estimate_ns"] is not None:
+            line += f" (estimated {plan['estimate_ns'] / 1e6:.3f} ms)"
+        lines.append(line)
+        if plan["finalists_ns"]:
+            sims = ", ".join(f"{k} {v / 1e6:.3f}" for k, v in plan["finalists_ns"].items())
+            lines.append(f"finalists      simulated ms: {sims}")
+    if plan and plan["mvm_vs_machine_min"] is not None:
+        lines.append(
+            f"mvmuls         {plan['mvm_instructions']} = {plan['mvm_vs_machine_min']:.3f}x the "
+            f"fewest any program needs ({plan['mvm_instructions_min']}, raptor bounds)"
         )
     lines.append("by opcode:")
     width = max((len(k) for k in s["by_opcode"]), default=4)
