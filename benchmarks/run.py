@@ -9,8 +9,9 @@ It runs the suite runner (both compilers) and then joins `raptor.bounds` figures
 `*_throughput_vs_bound` = measured throughput / throughput upper bound (<= 1, higher is better),
 both against the ideal bounds (every crossbar busy), and `*_latency_vs_machine` /
 `*_throughput_vs_machine` against the machine bounds (`latency_lb_machine_ns`,
-`throughput_ub_machine_per_s`: any program on this machine model). It ends with how many Raptor
-latency programs are within MACHINE_TARGET x of the machine bound.
+`throughput_ub_machine_per_s`: any program on this machine model), and `*_mvm_vs_machine_min`,
+the case's program's mvmuls over the fewest any program needs (its compile report). It ends with
+how many Raptor latency programs are within MACHINE_TARGET x of the machine bound.
 """
 
 from __future__ import annotations
@@ -94,6 +95,24 @@ def join_bounds(rows: list[dict], out: Path) -> None:
             )
             row[f"{c}_latency_vs_machine"] = f"{float(lat) / mlb:.4g}" if lat else ""
             row[f"{c}_throughput_vs_machine"] = f"{float(tp) / mub:.4g}" if tp else ""
+            row[f"{c}_mvm_vs_machine_min"] = _mvm_ratio(out, row, c) if lat else ""
+
+
+def _mvm_ratio(out: Path, row: dict, compiler: str) -> str:
+    """The case's `mvm_vs_machine_min` (its program's mvmuls over the fewest any program needs),
+    from its compile report; empty without one."""
+    import json
+
+    from raptor.suite.cases import mode_dir
+
+    pipeline = int(row.get("pipeline") or 1)
+    case = out / row["model"] / "artifacts" / row["arch"] / mode_dir(row["mode"], pipeline)
+    try:
+        rep = json.loads((case / compiler / "compile_report.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    ratio = rep.get("mvm_vs_machine_min")
+    return "" if ratio is None else f"{ratio:.4g}"
 
 
 def _chart(rows, path: Path) -> None:

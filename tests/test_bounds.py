@@ -259,6 +259,16 @@ def test_benchmark_joins_both_bounds(tmp_path):
         0.5 / (b["latency_lb_budget_ns"] / 1e6), rel=1e-3
     )
     assert r["pimcomp_latency_vs_machine"] == r["pimcomp_throughput_vs_machine"] == ""
+    assert r["raptor_mvm_vs_machine_min"] == ""  # no compile report in this out dir
+    # with the case's compile report (the suite's layout), the program's mvmuls over the minimum
+    from raptor.compiler import compile_to_dir
+    from raptor.options import CompileOptions
+
+    case = tmp_path / "toy" / "artifacts" / "arch-a" / "latency" / "raptor"
+    report = compile_to_dir(model, load_arch("arch-a"), CompileOptions(), case)
+    run.join_bounds(rows, tmp_path)
+    ratio = report["mvm_vs_machine_min"]
+    assert ratio >= 1 and rows[0]["raptor_mvm_vs_machine_min"] == f"{ratio:.4g}"
 
 
 def test_bounds_command_prints_a_summary_or_json(tmp_path, capsys):
