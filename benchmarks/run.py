@@ -103,10 +103,10 @@ def _mvm_ratio(out: Path, row: dict, compiler: str) -> str:
     from its compile report; empty without one."""
     import json
 
-    from raptor.suite.cases import mode_dir
+    from raptor.suite.cases import CaseSpec
 
     pipeline = int(row.get("pipeline") or 1)
-    case = out / row["model"] / "artifacts" / row["arch"] / mode_dir(row["mode"], pipeline)
+    case = CaseSpec(row["model"], row["arch"], row["mode"], pipeline, str(out)).case_dir
     try:
         rep = json.loads((case / compiler / "compile_report.json").read_text())
     except (OSError, ValueError):

@@ -218,8 +218,8 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     `opts.small_layer_group_tiles` for the layers of at most raptor.options.SMALL_LAYER_PIXELS
     output pixels; each further size (a tiling that changes no layer's row groups is skipped)
     plans every replication again but only with the winner's choice of chunks, and must end
-    strictly first; the finalists come from all of them. With a `memo` (spatial/plan_memo.py) holding this compile's choice,
-    the tiling and planning passes run once, with it."""
+    strictly first; the finalists come from all of them. With a `memo` (spatial/plan_memo.py)
+    holding this compile's choice, the tiling and planning passes run once, with it."""
     from raptor.spatial.passes import spatial_passes
     from raptor.spatial.planning import SpatialPlanningPass
 
@@ -317,8 +317,8 @@ def _search(
     chunks_only: bool | None = None,
 ):
     """The candidate plans of one tiling (`_plan`): (the one whose estimate ends first, None when
-    `chunks_only` left no candidate; every candidate). `chunks_only`: plan only with (True) or without (False) pixel chunks, as the
-    first tiling's winner, instead of trying both."""
+    `chunks_only` left no candidate; every candidate). `chunks_only`: plan only with (True) or
+    without (False) pixel chunks, as the first tiling's winner, instead of trying both."""
     pipelined = opts.mode == "throughput"
     replications = [(x, False) for x in opts.crossbar_shares]
     replications += [(x, True) for x in opts.fill_shares]
@@ -343,8 +343,8 @@ def _search(
             est, first = _trial(arch, planned, timed)
             label = _label(chunks, share, fill, small)
             sg.notes.plan_estimates_ns[label] = est
-            cand = _Candidate(est, _core_span_ns(first), planned, first, None, label, **how)
-            cand = cand._replace(small_tiles=small)
+            span = _core_span_ns(first)
+            cand = _Candidate(est, span, planned, first, None, label, **how, small_tiles=small)
             cands.append(cand)
             # chunks must be strictly better than contiguous ranges, later replications than the first
             if best is None or est < best.est or (est == best.est and not chunks and k == 0):
@@ -553,7 +553,7 @@ def _with_bounds(res: CompileResult, graph, arch: Arch) -> CompileResult:
         bounds = {"error": str(e)}
     bounds.pop("replication_best", None)
     res.report["bounds"] = bounds
-    mvm = sum(int((c["opcode"] == Opcode.MVMUL).sum()) for c in res.program.cores)
+    mvm = res.report["instructions_by_opcode"].get("mvmul", 0)  # both compilers' reports
     if bounds.get("mvm_instructions_min"):
         # how many more mvmuls the program issues than any program must (raptor.bounds)
         res.report["mvm_vs_machine_min"] = round(mvm / bounds["mvm_instructions_min"], 4)

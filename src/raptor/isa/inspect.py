@@ -64,7 +64,8 @@ def inspect_pimdir(path: str | Path, arch=None, force_target: bool = False) -> d
 def _plan_summary(report_path: Path) -> dict[str, Any] | None:
     """The plan choice of a compile, from the compile_report.json beside pim/ (None without
     one): the kept plan's name, its estimate, the candidates compared, the finalists' simulated
-    latencies, and the program's mvmuls against the fewest any program needs (raptor.bounds)."""
+    latencies, and the fewest mvmuls any program needs (raptor.bounds) with the program's ratio
+    to it."""
     import json
 
     try:
@@ -73,13 +74,11 @@ def _plan_summary(report_path: Path) -> dict[str, Any] | None:
         return None
     est = rep.get("plan_estimates_ns") or {}
     kept = rep.get("plan_kept")
-    mvm = (rep.get("instructions_by_opcode") or {}).get("mvmul")
     return {
         "kept": kept,
         "estimate_ns": est.get(kept) if kept else None,
         "candidates": len(est),
         "finalists_ns": rep.get("plan_finalists_ns") or {},
-        "mvm_instructions": mvm,
         "mvm_instructions_min": (rep.get("bounds") or {}).get("mvm_instructions_min"),
         "mvm_vs_machine_min": rep.get("mvm_vs_machine_min"),
     }
@@ -127,7 +126,7 @@ def format_summary(s: dict[str, Any]) -> str:
             lines.append(f"finalists      simulated ms: {sims}")
     if plan and plan["mvm_vs_machine_min"] is not None:
         lines.append(
-            f"mvmuls         {plan['mvm_instructions']} = {plan['mvm_vs_machine_min']:.3f}x the "
+            f"mvmuls         {s['by_opcode'].get('mvmul', 0)} = {plan['mvm_vs_machine_min']:.3f}x the "
             f"fewest any program needs ({plan['mvm_instructions_min']}, raptor bounds)"
         )
     lines.append("by opcode:")

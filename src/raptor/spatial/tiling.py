@@ -22,6 +22,7 @@ import numpy as np
 
 from raptor.arch import Arch
 from raptor.errors import PassFailedError
+from raptor.options import SMALL_LAYER_PIXELS
 from raptor.spatial.geometry import pool_counts
 from raptor.spatial.ir import Buffer, BufferRole, ComputeNode, LayerKind, NodeKind, SpatialGraph
 
@@ -161,8 +162,6 @@ class TilingPass:
 
     def layer_group_tiles(self, layer) -> int:
         """Row tiles per group of a GEMM layer (0: as many as fit one core)."""
-        from raptor.options import SMALL_LAYER_PIXELS
-
         if self.small_tiles and layer.output.pixels <= SMALL_LAYER_PIXELS:
             return self.small_tiles
         return self.group_tiles
