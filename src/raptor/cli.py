@@ -15,6 +15,7 @@ from raptor.options import (
     FILL_SHARES,
     FINALIST_MARGIN,
     FINALISTS,
+    PACK_PIXELS,
     ROW_GROUP_TILES_LATENCY,
     ROW_SEGMENTS,
     SMALL_LAYER_GROUP_TILES_LATENCY,
@@ -109,6 +110,7 @@ def compile_options(args: argparse.Namespace) -> CompileOptions:
         row_segments=args.pim_row_segments,
         row_group_tiles=args.pim_row_group_tiles,
         small_layer_group_tiles=args.pim_small_layer_group_tiles,
+        pack_pixels=args.pim_pack_pixels,
         crossbar_shares=args.pim_crossbar_shares,
         fill_shares=args.pim_fill_shares,
         finalists=args.pim_finalists,
@@ -429,6 +431,15 @@ def build_parser() -> argparse.ArgumentParser:
         "0: as many as fit one core. Smaller groups spread a layer's MVMs over more cores for "
         f"the same crossbars (default: {ROW_GROUP_TILES_LATENCY} in a planned latency compile, "
         "else 0)",
+    )
+    cp.add_argument(
+        "--pim-pack-pixels",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Raptor: let one mvmul of a weight layer's short last row tile (at most half a "
+        "crossbar's rows) serve up to N pixels, its weights held block-diagonally once per pixel "
+        f"(1: one mvmul per pixel and tile; default: {PACK_PIXELS} with the NoC dataflow, else 1)",
     )
     cp.add_argument(
         "--pim-small-layer-group-tiles",

@@ -42,6 +42,20 @@ ROW_GROUP_TILES_LATENCY = 3
 SMALL_LAYER_PIXELS = 49
 SMALL_LAYER_GROUP_TILES_LATENCY = (0, 2)
 
+# Pixels one mvmul of a weight layer's short last row tile may serve (spatial/tiling.py
+# pack_factor, `raptor compile --pim-pack-pixels`; 1: one mvmul per pixel and row tile): the
+# tile's weights held k times block-diagonally, k = min(this, crossbar rows // the tile's rows),
+# so k pixels' remainders (conv1's 19 of 147 rows, a 576-row conv's 64) share one mvmul. It
+# trades crossbars (k copies of the tile's) for mvmuls. Measured on the 8 default latency cases
+# (raptor-only suite, geometric mean of latency against no packing): 2 pixels 0.958 (resnet18
+# arch-a 11.89 -> 10.89 ms, googlenet arch-b 13.14 -> 11.84; vgg8 arch-a +4.1 %), 3 pixels 0.991
+# (resnet34 arch-a +8 %), 6 pixels 1.010 (conv1's replicas take 28 instead of 8 crossbars: 82 ->
+# 53 of them on resnet18 arch-a), 2 pixels only for remainders of at most 32 rows 0.999, 6 only
+# for those of at most 42 rows 1.021. Throughput pipeline 4 with 2 pixels: +0.7 to +18 %
+# (googlenet arch-b 66.3 -> 78.4/s), resnet34 arch-b unchanged. Crossbar (matrix) energy rises
+# 0-1.2 %: a step of an odd number of pixels ends with a pack of one.
+PACK_PIXELS = 2
+
 # Shares of the chip's crossbars the replication of a planned latency compile may buy: the
 # compiler plans once per share and keeps the plan whose message order ends first
 # (raptor.compiler._plan). Replicas bought with every crossbar fill the cores, so layers that
@@ -87,6 +101,9 @@ class CompileOptions:
     # candidate plan search each (0: row_group_tiles); None: SMALL_LAYER_GROUP_TILES_LATENCY for
     # a planned latency compile with the NoC dataflow, else (0,)
     small_layer_group_tiles: tuple[int, ...] | None = None
+    # Raptor: pixels one mvmul of a short last row tile may serve (1: no packing); None:
+    # PACK_PIXELS for Raptor with the NoC dataflow, else 1
+    pack_pixels: int | None = None
     # Raptor: shares of the crossbars replication may buy, one candidate plan each, the first
     # winning ties; None: CROSSBAR_SHARES_LATENCY in latency mode, (1.0,) in throughput mode
     crossbar_shares: tuple[float, ...] | None = None
@@ -132,6 +149,11 @@ class CompileOptions:
                 "small-layer group tiles must be distinct numbers >= 0 (0: as other layers), "
                 f"got {list(small)}"
             )
+        if self.pack_pixels is None:
+            noc = self.compiler == "raptor" and not self.disable_noc_dataflow
+            object.__setattr__(self, "pack_pixels", PACK_PIXELS if noc else 1)
+        if self.pack_pixels < 1:
+            raise RaptorError(f"pack pixels must be >= 1 (1: no packing), got {self.pack_pixels}")
         crossbar = CROSSBAR_SHARES_LATENCY if self.mode == "latency" else (1.0,)
         self._set_shares("crossbar", crossbar, empty_ok=False)
         self._set_shares("fill", FILL_SHARES, empty_ok=True)

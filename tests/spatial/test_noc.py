@@ -267,7 +267,8 @@ def test_same_core_residual_is_copied_from_its_producers_rows(monkeypatch):
 
     arch = load_arch("arch-b")
     model = build_model("resnet18", input_size=32)
-    one = {"small_layer_group_tiles": (0,)}  # the plan of one tiling (test_small_layers.py)
+    # the plan of one tiling (test_small_layers.py), without packed remainders (test_pack.py)
+    one = {"small_layer_group_tiles": (0,), "pack_pixels": 1}
     res, _, err = _values(model, arch, CompileOptions(disable_synchronization=True, **one), 32)
     nd = res.report["noc_dataflow"]
     assert err <= 1e-3
@@ -322,7 +323,8 @@ def test_row_segments_option_trades_instructions_for_overlap(tmp_path, capsys):
     model = build_model("vgg8", input_size=32)
     # row groups as large as fit a core, so that few sends are partial sums (whose count does
     # not depend on segments); the estimate's plan, so that both compiles keep the same plan
-    one = {"row_group_tiles": 0, "finalists": 1}
+    # (and without packed remainders, test_pack.py: the same plan for both segment counts)
+    one = {"row_group_tiles": 0, "finalists": 1, "pack_pixels": 1}
     res1, rep1, err1 = _values(model, arch, CompileOptions(row_segments=1, **one), 32)
     res8, rep8, err8 = _values(model, arch, CompileOptions(**one), 32)
     assert ROW_SEGMENTS == 8 and err1 <= 1e-3 and err8 <= 1e-3

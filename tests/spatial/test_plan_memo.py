@@ -46,8 +46,9 @@ def test_memo_hit_gives_the_program_of_a_full_comparison(
     latency plan, bought with 85 % of the crossbars and the rest on its slowest layer, its crossbar
     share and fill)."""
     model = _cached(tmp_path, toy(hw=8), toy.__name__)
-    base = CompileOptions(mode=mode, pipeline=pipeline)
-    nosync = CompileOptions(mode=mode, pipeline=pipeline, disable_synchronization=True)
+    one = {"pack_pixels": 1}  # the plans the docstring describes (no packed remainders)
+    base = CompileOptions(mode=mode, pipeline=pipeline, **one)
+    nosync = CompileOptions(mode=mode, pipeline=pipeline, disable_synchronization=True, **one)
     fresh_nosync = _compile(model.path, nosync)  # a plain path: no memo
     _compile(model, base)  # compares the candidates, stores the choice
     memo = plan_memo(model, ARCH, nosync)

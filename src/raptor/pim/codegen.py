@@ -25,7 +25,7 @@ from raptor.pim.lowering_ctx import LowerCtx
 from raptor.pim.lowering_lines import use_line_buffer
 from raptor.pim.lowering_noc import noc_prologue
 from raptor.spatial.ir import BufferRole, NodeKind, SpatialGraph, SyncToken, TokenKind
-from raptor.spatial.tiling import row_tiles
+from raptor.spatial.tiling import row_tiles, tile_crossbars, tile_pack
 
 HOST_ALIGN_BYTES = 64
 
@@ -101,13 +101,15 @@ def generate(
             if n.kind == NodeKind.MVM and ag_base == len(ags):
                 layer = sg.layers[n.layer]
                 for a, b in row_tiles(arch, n.r0, n.r1):
+                    k = tile_pack(arch, a, b, layer.pack)
                     key = (n.layer, a, b, n.c0, n.c1)
                     if key not in matrix_index:
                         matrix_index[key] = len(matrices)
-                        matrices.append(
-                            np.ascontiguousarray(layer.weight[a:b, n.c0 : n.c1], dtype=np.float32)
-                        )
-                    ags.append(arch.crossbars_for(b - a, n.c1 - n.c0))
+                        w = layer.weight[a:b, n.c0 : n.c1]
+                        if k > 1:  # k pixels' copies, block-diagonal (spatial/tiling.py)
+                            w = np.kron(np.eye(k, dtype=w.dtype), w)
+                        matrices.append(np.ascontiguousarray(w, dtype=np.float32))
+                    ags.append(tile_crossbars(arch, a, b, n.c1 - n.c0, layer.pack))
                     mats.append(matrix_index[key])
             bands = sg.bands.get(n.id, [(n.p0, n.p1)])
             # the node's own tokens go with its first and last band (after the prologue, which

@@ -15,6 +15,7 @@ import numpy as np
 from raptor.isa.opcodes import OFFSET_RD, OFFSET_RS1, Opcode
 from raptor.isa.table import concat, make
 from raptor.pim.emit import (
+    LAST_LOCAL,
     R_IN0,
     R_ZERO,
     T_DST,
@@ -43,7 +44,7 @@ from raptor.pim.memalloc import LocalAllocator
 from raptor.spatial.geometry import lines_geometry, lines_rows, window_classes
 from raptor.spatial.ir import ComputeNode, Layer, LayerKind, NodeKind
 from raptor.spatial.noc import mvm_lines_ok, pool_lines_ok
-from raptor.spatial.tiling import row_tiles
+from raptor.spatial.tiling import row_tiles, tile_pack
 
 
 def line_buffer_bytes(layer: Layer, node: ComputeNode, eb: int) -> tuple[int, int]:
@@ -133,6 +134,10 @@ def lower_mvm_lines(
     krow = kw * c
     cols = node.c1 - node.c0
     tiles = row_tiles(arch, node.r0, node.r1)
+    # a packed last tile (spatial/tiling.py pack_factor): k pixels' inputs copied side by side,
+    # one mvmul for all of them
+    k = tile_pack(arch, *tiles[-1], layer.pack)
+    packed = tiles.pop() if k > 1 else None
     srcs, dst_core = ctx.links.get(node.id, ((), -1))
     i0, i1, x0, x1, wp = lines_geometry(layer, node)
     row_bytes = wp * c * eb
@@ -150,6 +155,10 @@ def lower_mvm_lines(
     residual = layer.inputs[1] if len(layer.inputs) > 1 and dst_core < 0 else None
     need_b = len(tiles) > 1 or layer.activation == "silu" or bool(srcs) or residual is not None
     ps_b = alloc.alloc(cols * eb, "psum2") if need_b else None
+    if packed is not None:
+        pk_rows = packed[1] - packed[0]
+        pk_in = alloc.alloc(k * pk_rows * eb, "pack input")
+        pk_out = alloc.alloc(k * cols * eb, "pack output")
     last = dst_core < 0
     pro, regs, bias = mvm_prologue(ctx, layer, node, v.buffer, residual, last, alloc, cols, eb)
     tail = MvmTail(layer, node, srcs, dst_core, ps_a, ps_b, bias, residual, eb)
@@ -157,6 +166,9 @@ def lower_mvm_lines(
     if ps_b is not None:
         regs.loc(ps_b)
     regs.loc(win)
+    if packed is not None and regs.next <= LAST_LOCAL - 5:
+        regs.loc(pk_in)
+        regs.loc(pk_out)
     # zero the ring's padding columns and the zero row once (the node reads only columns
     # [x0, x1) of a row, which every load writes, and the padding)
     spans = [] if fed else ring_padding(ring, kh, row_bytes, pl, v.width, wp, c * eb)
@@ -245,49 +257,104 @@ def lower_mvm_lines(
         pix = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(st_pa - first, count)
         ox = pix - np.repeat(st_oy * ow, count)
         rows_addr = np.repeat(np.array(addrs, np.int64), count, axis=0).T
-        b = Block(len(ox))
-        for t, (ta, tb) in enumerate(tiles):
-            dst = ps_a if t == 0 else ps_b
+        outs_l = np.repeat(np.array(outs, np.int64), count) if sender else None
+        ress_l = np.repeat(np.array(ress, np.int64), count) if ress else None
+
+        def tile_src(b: Block, ta: int, tb: int, ln, dest: int | None = None) -> int:
+            """Register holding the address of row tile [ta, tb)'s input for lanes ln: in place
+            in its kernel row's input row when it lies in one and no dest is given, else lmv'd
+            into dest (the window) segment by segment."""
             i = ta // krow
-            if i == (tb - 1) // krow:
-                addr = rows_addr[i] + (ox * sw * c + ta - i * krow) * eb
+            if dest is None and i == (tb - 1) // krow:
+                addr = rows_addr[i][ln] + (ox[ln] * sw * c + ta - i * krow) * eb
                 b.add(Opcode.SLDI, rd=t_src, r2_or_imm=addr)
-                src_reg = t_src
-            else:
-                for s in range(ta, tb):
-                    if s != ta and s % krow:
-                        continue
-                    i = s // krow
-                    e = min(tb, (i + 1) * krow)
-                    addr = rows_addr[i] + (ox * sw * c + s - i * krow) * eb
-                    b.add(Opcode.SLDI, rd=t_src, r2_or_imm=addr)
-                    b.add(
-                        Opcode.LMV,
-                        rd=regs.loc(win + (s - ta) * eb, b),
-                        r1=t_src,
-                        generic3=(e - s) * eb,
-                    )
-                src_reg = regs.loc(win, b)
-            b.add(
-                Opcode.MVMUL,
-                rd=regs.loc(dst, b),
-                r1=src_reg,
-                r2_or_imm=mbiw,
-                generic2=ag_base + t,
+                return t_src
+            dest = win if dest is None else dest
+            for s in range(ta, tb):
+                if s != ta and s % krow:
+                    continue
+                i = s // krow
+                e = min(tb, (i + 1) * krow)
+                addr = rows_addr[i][ln] + (ox[ln] * sw * c + s - i * krow) * eb
+                b.add(Opcode.SLDI, rd=t_src, r2_or_imm=addr)
+                b.add(
+                    Opcode.LMV,
+                    rd=regs.loc(dest + (s - ta) * eb, b),
+                    r1=t_src,
+                    generic3=(e - s) * eb,
+                )
+            return regs.loc(dest, b)
+
+        def lane_body(b: Block, ln, pack_slot=None) -> None:
+            """The mvmuls and the finish of lanes ln (pack_slot: their block of the pack's
+            output, a lane array)."""
+            for t, (ta, tb) in enumerate(tiles):
+                dst = ps_a if t == 0 else ps_b
+                src_reg = tile_src(b, ta, tb, ln)
+                b.add(
+                    Opcode.MVMUL,
+                    rd=regs.loc(dst, b),
+                    r1=src_reg,
+                    r2_or_imm=mbiw,
+                    generic2=ag_base + t,
+                )
+                if t > 0:
+                    emit_vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
+            if pack_slot is not None:
+                b.add(Opcode.SLDI, rd=t_src, r2_or_imm=pack_slot)
+                ra = regs.loc(ps_a, b)
+                if tiles:
+                    b.add(Opcode.VVADD, rd=ra, r1=ra, r2_or_imm=t_src, generic3=cols)
+                else:
+                    b.add(Opcode.LMV, rd=ra, r1=t_src, generic3=cols * eb)
+            mvm_tail(
+                b,
+                regs,
+                tail,
+                pix[ln],
+                None if outs_l is None else outs_l[ln],
+                ox[ln],
+                None if ress_l is None else ress_l[ln],
             )
-            if t > 0:
-                emit_vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
-        mvm_tail(
-            b,
-            regs,
-            tail,
-            pix,
-            np.repeat(np.array(outs, np.int64), count) if sender else None,
-            ox,
-            np.repeat(np.array(ress, np.int64), count) if ress else None,
-        )
-        presets = regs.flush()
-        built, per_lane = b.build(), len(b.slots)
+
+        if packed is None:
+            b = Block(len(ox))
+            lane_body(b, slice(None))
+            presets = regs.flush()
+            built = b.build()
+            offsets = np.arange(len(ox) + 1, dtype=np.int64) * len(b.slots)
+        else:
+            # the pixels of each step in packs of k (the last one of a step shorter: a pack never
+            # spans two steps, whose messages and stores go between them); a pack's first lane
+            # copies the pack's inputs and runs its mvmul, every lane adds its block of the output
+            pos = np.arange(len(ox), dtype=np.int64) - np.repeat(first, count)
+            j = pos % k
+            m = np.minimum(k, np.repeat(count, count) - (pos - j))
+            slot_addr = pk_out + j * cols * eb
+            parts = []
+            for size in [0, *np.unique(m[j == 0]).tolist()]:
+                ln = np.flatnonzero(j > 0) if size == 0 else np.flatnonzero((j == 0) & (m == size))
+                if not len(ln):
+                    continue
+                b = Block(len(ln))
+                if size:
+                    for q in range(size):
+                        tile_src(b, *packed, ln + q, pk_in + q * pk_rows * eb)
+                    b.add(
+                        Opcode.MVMUL,
+                        rd=regs.loc(pk_out, b),
+                        r1=regs.loc(pk_in, b),
+                        r2_or_imm=mbiw,
+                        generic2=ag_base + len(tiles),
+                    )
+                lane_body(b, ln, slot_addr[ln])
+                parts.append((ln, len(b.slots), b.build()))
+            presets = regs.flush()
+            built = merge_lanes(parts)
+            lens = np.zeros(len(ox), np.int64)
+            for ln, n_slots, _ in parts:
+                lens[ln] = n_slots
+            offsets = np.concatenate([[0], np.cumsum(lens)])
     lane = 0
     for j, (oy, pa, pb, pre, post, k) in enumerate(steps):
         blocks += comm(k) + pre
@@ -298,7 +365,7 @@ def lower_mvm_lines(
             blocks += own_copies(ctx, node, oy, t_addr, 1)
         if j == 0:
             blocks += presets
-        blocks.append(built[lane * per_lane : (lane + pb - pa) * per_lane])
+        blocks.append(built[offsets[lane] : offsets[lane + pb - pa]])
         lane += pb - pa
         if sender:
             blocks += store_row(ctx, node, oy, pa - oy * ow, pb - oy * ow, out_at(oy), t_addr)

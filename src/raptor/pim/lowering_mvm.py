@@ -38,7 +38,7 @@ from raptor.pim.memalloc import LocalAllocator
 from raptor.pim.window import window_segments, zero_runs
 from raptor.spatial.geometry import WindowClass, window_classes
 from raptor.spatial.ir import ComputeNode, Layer
-from raptor.spatial.tiling import row_tiles
+from raptor.spatial.tiling import row_tiles, tile_pack
 
 
 def window_subclass(cls: WindowClass, mask: np.ndarray) -> WindowClass:
@@ -112,11 +112,15 @@ def lower_mvm(ctx: LowerCtx, node: ComputeNode, ag_base: int, alloc: LocalAlloca
     cols = node.c1 - node.c0
     tiles = row_tiles(arch, node.r0, node.r1)
     srcs, dst_core = ctx.links.get(node.id, ((), -1))
-    win = alloc.alloc((node.r1 - node.r0) * eb, "window")
-    ps_a = alloc.alloc(cols * eb, "psum")
+    # a packed last tile (spatial/tiling.py) serves one pixel here, the first of its k blocks:
+    # its mvmul reads k blocks of input and writes k blocks of columns
+    k = tile_pack(arch, *tiles[-1], layer.pack)
+    spare = (k - 1) * (tiles[-1][1] - tiles[-1][0])
+    win = alloc.alloc((node.r1 - node.r0 + spare) * eb, "window")
+    ps_a = alloc.alloc(k * cols * eb, "psum")
     residual = layer.inputs[1] if len(layer.inputs) > 1 and dst_core < 0 else None
     need_b = len(tiles) > 1 or layer.activation == "silu" or bool(srcs) or residual is not None
-    ps_b = alloc.alloc(cols * eb, "psum2") if need_b else None
+    ps_b = alloc.alloc(k * cols * eb, "psum2") if need_b else None
     last = dst_core < 0  # the root row group (or the only one) finishes the pixel
     pro, regs, bias = mvm_prologue(
         ctx, layer, node, layer.inputs[0].buffer, residual, last, alloc, cols, eb

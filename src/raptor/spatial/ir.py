@@ -97,6 +97,9 @@ class Layer:
     bias_buffer: str | None = None
     count_include_pad: bool = False
     row_groups: int = 1
+    # pixels one mvmul of the short last row tile serves (its weights block-diagonal k times:
+    # spatial/tiling.py pack_factor); 1 = one mvmul per pixel and tile
+    pack: int = 1
     scratch: str | None = None  # buffer of row-group partial sums (pixels x groups x N)
     spec: object | None = None  # TENSOR layers: a raptor.spatial.tensor.TensorSpec
 

@@ -61,7 +61,7 @@ def choose_replication(
     for ly in sg.layers:
         if ly.kind != LayerKind.GEMM:
             continue
-        _, slices = gemm_slices(arch, ly.rows, ly.cols, ly.row_groups)
+        _, slices = gemm_slices(arch, ly.rows, ly.cols, ly.row_groups, ly.pack)
         s = slices[0]
         probe = ComputeNode(0, ly.index, NodeKind.MVM, 0, 1, s.c0, s.c1, s.r0, s.r1, s.row_group)
         t = lane_ns(arch, ly, probe)

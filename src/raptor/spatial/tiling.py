@@ -25,6 +25,7 @@ from raptor.errors import PassFailedError
 from raptor.options import SMALL_LAYER_PIXELS
 from raptor.spatial.geometry import pool_counts
 from raptor.spatial.ir import Buffer, BufferRole, ComputeNode, LayerKind, NodeKind, SpatialGraph
+from raptor.spatial.noc import mvm_lines_ok
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,43 @@ def row_tiles(arch: Arch, r0: int, r1: int) -> list[tuple[int, int]]:
     return [(a, min(a + rows, r1)) for a in range(r0, r1, rows)]
 
 
+def tile_pack(arch: Arch, a: int, b: int, pack: int) -> int:
+    """Pixels one mvmul of row tile [a, b) serves: a layer's `pack` for its short last tile (the
+    only one `pack` pixels' rows fit one crossbar), else 1."""
+    return pack if pack > 1 and (b - a) * pack <= arch.matrix.rows else 1
+
+
+def tile_crossbars(arch: Arch, a: int, b: int, cols: int, pack: int) -> int:
+    """Physical crossbars of the array group of row tile [a, b) over `cols` columns: k = tile_pack
+    block-diagonal copies of its weights (k x rows by k x cols) when it is packed."""
+    k = tile_pack(arch, a, b, pack)
+    return arch.crossbars_for(k * (b - a), k * cols)
+
+
+def pack_factor(arch: Arch, rows: int, cols: int, groups: int, most: int) -> int:
+    """Pixels one mvmul of a GEMM layer's short last row tile can serve, at most `most`: a tile
+    of at most half a crossbar's rows (conv1's 147 = 128 + 19 rows, a 576-row conv's 64, a
+    1x1 conv of 64 channels) holds k = rows // its rows copies of its weights block-diagonally
+    (k x its crossbars), so k pixels' remainders share one mvmul, as depthwise groups do, while
+    its row group still fits one core. 1: not packed."""
+    xr, cpc = arch.matrix.rows, arch.crossbars_per_core
+    rem = rows - (math.ceil(rows / xr) - 1) * xr
+    if most <= 1 or 2 * rem > xr:
+        return 1
+    _, slices = gemm_slices(arch, rows, cols, groups)
+    last = [s for s in slices if s.r1 == rows]
+    k = min(most, xr // rem)
+    while k > 1 and any(
+        s.crossbars
+        - arch.crossbars_for(rem, s.c1 - s.c0)
+        + tile_crossbars(arch, 0, rem, s.c1 - s.c0, k)
+        > cpc
+        for s in last
+    ):
+        k -= 1
+    return k
+
+
 def row_groups(arch: Arch, rows: int, cols: int, group_tiles: int = 0) -> int:
     """Row groups of a rows x cols weight matrix: groups of as many row tiles as fit one core,
     and at most `group_tiles` tiles when it is not 0 (module docstring)."""
@@ -61,11 +99,12 @@ def _slice_width(arch: Arch, rows: int, cols: int) -> tuple[int, int]:
 
 
 def gemm_slices(
-    arch: Arch, rows: int, cols: int, groups: int | None = None
+    arch: Arch, rows: int, cols: int, groups: int | None = None, pack: int = 1
 ) -> tuple[int, list[Slice]]:
     """(row groups, slices) of a rows x cols weight matrix: full-width array groups, `groups` row
     groups (a layer's `row_groups`, set by the tiling pass), by default as many row tiles as fit
-    one core in each (module docstring)."""
+    one core in each (module docstring); the short last tile packed `pack` times (a layer's
+    `pack`, pack_factor)."""
     xr = arch.matrix.rows
     tiles = math.ceil(rows / xr)
     width, _ = _slice_width(arch, rows, cols)
@@ -76,7 +115,7 @@ def gemm_slices(
         r0, r1 = bounds[g] * xr, min(rows, bounds[g + 1] * xr)
         for c0 in range(0, cols, width):
             c1 = min(cols, c0 + width)
-            xb = sum(arch.crossbars_for(b - a, c1 - c0) for a, b in row_tiles(arch, r0, r1))
+            xb = sum(tile_crossbars(arch, a, b, c1 - c0, pack) for a, b in row_tiles(arch, r0, r1))
             out.append(Slice(c0, c1, r0, r1, g, xb))
     return groups, out
 
@@ -110,7 +149,7 @@ def make_nodes(
     for layer in sg.layers:
         i = layer.index
         if layer.kind == LayerKind.GEMM:
-            _, slices = gemm_slices(arch, layer.rows, layer.cols, layer.row_groups)
+            _, slices = gemm_slices(arch, layer.rows, layer.cols, layer.row_groups, layer.pack)
             reps = max(1, min(replicas.get(i, 1), layer.out_pixels))
             ranges = split_range(layer.out_pixels, reps * chunks.get(i, 1))
             for j, (p0, p1) in enumerate(ranges):
@@ -141,7 +180,7 @@ def make_nodes(
 
 def crossbars_needed(sg: SpatialGraph, arch: Arch) -> int:
     return sum(
-        sum(s.crossbars for s in gemm_slices(arch, ly.rows, ly.cols, ly.row_groups)[1])
+        sum(s.crossbars for s in gemm_slices(arch, ly.rows, ly.cols, ly.row_groups, ly.pack)[1])
         for ly in sg.layers
         if ly.kind == LayerKind.GEMM
     )
@@ -158,6 +197,9 @@ class TilingPass:
     # row tiles per group of the layers of at most SMALL_LAYER_PIXELS output pixels (0:
     # group_tiles; raptor.options.CompileOptions.small_layer_group_tiles)
     small_tiles: int = 0
+    # pixels one mvmul of a short last row tile may serve (raptor.options.CompileOptions
+    # .pack_pixels; 1: no packing)
+    pack_pixels: int = 1
     name: ClassVar[str] = "conv-to-gemm-tiling"
 
     def layer_group_tiles(self, layer) -> int:
@@ -172,8 +214,11 @@ class TilingPass:
         for i, layer in enumerate(layers):
             if layer.kind == LayerKind.GEMM:
                 groups = row_groups(arch, layer.rows, layer.cols, self.layer_group_tiles(layer))
-                if groups > 1:
-                    layers[i] = replace(layer, row_groups=groups)
+                pack = 1
+                if layer.output.pixels > 1 and mvm_lines_ok(layer):
+                    pack = pack_factor(arch, layer.rows, layer.cols, groups, self.pack_pixels)
+                if groups > 1 or pack > 1:
+                    layers[i] = replace(layer, row_groups=groups, pack=pack)
             elif layer.kind == LayerKind.AVGPOOL:
                 name = f"{layer.name}.recip"
                 counts = pool_counts(layer)
