@@ -600,6 +600,8 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "pixel_chunks": _pixel_chunks(sg),
         "layer_cores": _layer_cores(sg),
         "depthwise_packing": _depthwise_report(arch, sg),
+        # pixels one mvmul of each packed layer's short last row tile serves (spatial/tiling.py)
+        "remainder_packs": {ly.name: ly.pack for ly in sg.layers if ly.pack > 1},
         "inter_chip_bytes_estimate": _inter_chip_bytes(arch, sg),
         "pimsim_unsupported_ops": {
             op: n for op, n in by_op.items() if op in PIMSIM_UNSUPPORTED and n

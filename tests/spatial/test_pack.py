@@ -90,6 +90,8 @@ def test_packed_programs_compute_the_same_values_with_fewer_mvmuls(mode, n):
         prog = res.program
         _check(model, prog, mode, n, 16)
         counts[k] = _mvmuls(prog)
+        packs = res.report["remainder_packs"]  # the three convs, k pixels each (6 <= 128 // 19)
+        assert list(packs.values()) == ([] if k == 1 else [k] * 3)
         shapes = {m.shape for m in prog.weight_matrices}
         if k == 1:
             assert (19, 16) in shapes and (16, 8) in shapes
@@ -126,6 +128,13 @@ def test_cli_option(tmp_path, capsys):
     assert main([*argv, "--pim-pack-pixels", "3"]) == 0
     target = json.loads((tmp_path / "o" / "pim" / "target.json").read_text())
     assert target["options"]["pack_pixels"] == 3
+    report = json.loads((tmp_path / "o" / "compile_report.json").read_text())
+    assert list(report["remainder_packs"].values()) == [3, 3, 3]
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "o")]) == 0
+    names = ", ".join(report["remainder_packs"])
+    want = f"packed tiles   3 layers' short last row tiles serve 3 pixels per mvmul ({names})"
+    assert want in capsys.readouterr().out
     capsys.readouterr()
     assert main([*argv, "--pim-pack-pixels", "0"]) == EXIT_USER_ERROR
     err = capsys.readouterr().err.strip().splitlines()

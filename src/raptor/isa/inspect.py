@@ -81,6 +81,7 @@ def _plan_summary(report_path: Path) -> dict[str, Any] | None:
         "finalists_ns": rep.get("plan_finalists_ns") or {},
         "mvm_instructions_min": (rep.get("bounds") or {}).get("mvm_instructions_min"),
         "mvm_vs_machine_min": rep.get("mvm_vs_machine_min"),
+        "remainder_packs": rep.get("remainder_packs") or {},
     }
 
 
@@ -128,6 +129,14 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append(
             f"mvmuls         {s['by_opcode'].get('mvmul', 0)} = {plan['mvm_vs_machine_min']:.3f}x the "
             f"fewest any program needs ({plan['mvm_instructions_min']}, raptor bounds)"
+        )
+    if plan and plan["remainder_packs"]:
+        packs = plan["remainder_packs"]
+        ks = sorted(set(packs.values()))
+        lines.append(
+            f"packed tiles   {len(packs)} layers' short last row tiles serve "
+            f"{'/'.join(map(str, ks))} pixels per mvmul ({', '.join(list(packs)[:3])}"
+            + (", ...)" if len(packs) > 3 else ")")
         )
     lines.append("by opcode:")
     width = max((len(k) for k in s["by_opcode"]), default=4)
