@@ -16,6 +16,8 @@ from raptor.options import (
     FINALIST_MARGIN,
     FINALISTS,
     PACK_PIXELS,
+    PACK_PIXELS_LATENCY,
+    PACK_PIXELS_THROUGHPUT,
     ROW_GROUP_TILES_LATENCY,
     ROW_SEGMENTS,
     SMALL_LAYER_GROUP_TILES_LATENCY,
@@ -435,11 +437,16 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument(
         "--pim-pack-pixels",
         type=int,
+        nargs="+",
         default=None,
         metavar="N",
         help="Raptor: let one mvmul of a weight layer's short last row tile (at most half a "
         "crossbar's rows) serve up to N pixels, its weights held block-diagonally once per pixel "
-        f"(1: one mvmul per pixel and tile; default: {PACK_PIXELS} with the NoC dataflow, else 1)",
+        "(1: one mvmul per pixel and tile); several N: plan once per N and keep the plan that "
+        "ends first (default: "
+        f"{' '.join(map(str, PACK_PIXELS_LATENCY))} in a planned latency compile with the NoC "
+        f"dataflow, {' '.join(map(str, PACK_PIXELS_THROUGHPUT))} in a planned throughput one, "
+        f"{PACK_PIXELS} unplanned, else 1)",
     )
     cp.add_argument(
         "--pim-small-layer-group-tiles",

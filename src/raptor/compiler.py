@@ -218,7 +218,9 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     `opts.small_layer_group_tiles` for the layers of at most raptor.options.SMALL_LAYER_PIXELS
     output pixels; each further size (a tiling that changes no layer's row groups is skipped)
     plans every replication again but only with the winner's choice of chunks, and must end
-    strictly first; the finalists come from all of them. With a `memo` (spatial/plan_memo.py)
+    strictly first; so does each further pack size in `opts.pack_pixels` (with the first
+    row-group size; a size that packs no layer differently is skipped); the finalists come from
+    all of them. With a `memo` (spatial/plan_memo.py)
     holding this compile's choice, the tiling and planning passes run once, with it."""
     from raptor.spatial.passes import spatial_passes
     from raptor.spatial.planning import SpatialPlanningPass
@@ -246,7 +248,7 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     untiled = sg
     recipe = memo.get() if memo is not None else None
     if recipe is not None:
-        sg = _tiled(arch, untiled, passes, tiling, at, recipe.small_tiles, timed)
+        sg = _tiled(arch, untiled, passes, tiling, at, recipe.small_tiles, timed, recipe.pack)
         sg.notes.plan_estimates_ns.update(recipe.estimates)
         changes = {
             "chunks": recipe.chunks,
@@ -258,14 +260,18 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
         return [_Final(recipe.label, planned, None, None)]
     pipelined = opts.mode == "throughput"
     best, cands, groups, estimates = None, [], None, {}
-    for small in opts.small_layer_group_tiles:
-        sg = _tiled(arch, untiled, passes, tiling, at, small, timed)
-        shape = [ly.row_groups for ly in sg.layers]
-        if groups is not None and shape == groups:
-            continue  # no small layer changes its row groups: the same plans
-        groups = groups or shape
+    pack0 = opts.pack_pixels[0]
+    tilings = [(small, pack0) for small in opts.small_layer_group_tiles]
+    tilings += [(opts.small_layer_group_tiles[0], k) for k in opts.pack_pixels[1:]]
+    for small, pack in tilings:
+        sg = _tiled(arch, untiled, passes, tiling, at, small, timed, pack)
+        shape = [(ly.row_groups, ly.pack) for ly in sg.layers]
+        if groups is not None and shape in groups:
+            continue  # no layer changes its row groups or packs: the same plans
+        groups = (groups or []) + [shape]
         chunks = None if best is None else best.chunks
-        found, more = _search(arch, sg, passes, at, opts, small, timed, chunks)
+        tag = (small, 0 if pack == pack0 else pack)
+        found, more = _search(arch, sg, passes, at, opts, tag, timed, chunks)
         estimates.update(sg.notes.plan_estimates_ns)
         cands += more
         if found is None:
@@ -292,16 +298,23 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
                 c.fill_slowest,
                 c.small_tiles,
                 c.label,
+                c.pack,
             ),
         )
         for c in finals
     ]
 
 
-def _tiled(arch: Arch, sg, passes, tiling: int, at: int, small: int, timed: PassTimer):
+def _tiled(
+    arch: Arch, sg, passes, tiling: int, at: int, small: int, timed: PassTimer, pack: int = 0
+):
     """sg after the tiling pass passes[tiling], with `small` row tiles per group of the layers of
-    few pixels, and the passes between it and planning (passes[at])."""
-    for p in [replace(passes[tiling], small_tiles=small), *passes[tiling + 1 : at]]:
+    few pixels and up to `pack` pixels per remainder mvmul (0: the pass's own), and the passes
+    between it and planning (passes[at])."""
+    tiler = replace(passes[tiling], small_tiles=small)
+    if pack:
+        tiler = replace(tiler, pack_pixels=pack)
+    for p in [tiler, *passes[tiling + 1 : at]]:
         sg = timed(p.name, p.apply, arch, sg)
     return sg
 
@@ -312,7 +325,7 @@ def _search(
     passes,
     at: int,
     opts: CompileOptions,
-    small: int,
+    tag: tuple[int, int],
     timed: PassTimer,
     chunks_only: bool | None = None,
 ):
@@ -341,10 +354,10 @@ def _search(
                 continue  # another replication bought the same replicas: the same plan
             tried.append(planned.nodes)
             est, first = _trial(arch, planned, timed)
-            label = _label(chunks, share, fill, small)
+            label = _label(chunks, share, fill, *tag)
             sg.notes.plan_estimates_ns[label] = est
             span = _core_span_ns(first)
-            cand = _Candidate(est, span, planned, first, None, label, **how, small_tiles=small)
+            cand = _Candidate(est, span, planned, first, None, label, **how, tag=tag)
             cands.append(cand)
             # chunks must be strictly better than contiguous ranges, later replications than the first
             if best is None or est < best.est or (est == best.est and not chunks and k == 0):
@@ -353,20 +366,22 @@ def _search(
                 chunked_est = est
             if opts.disable_window_packing or (not chunks and est > chunked_est):
                 continue  # contiguous ranges are repacked only when they planned no worse than chunks
-            for cand in _repack(arch, sg, passes, at, how, first, timed, small):
+            for cand in _repack(arch, sg, passes, at, how, first, timed, tag):
                 cands.append(cand)
                 if cand.est < best.est and (not pipelined or cand.span < best.span):
                     best = cand
     return best, cands
 
 
-def _label(chunks: bool, share: float, fill: bool, small: int = 0) -> str:
+def _label(chunks: bool, share: float, fill: bool, small: int = 0, pack: int = 0) -> str:
     """A candidate plan's name in plan_estimates_ns: "chunked" or "contiguous", "@share" when its
     replication could buy only that share of the crossbars by time cut, "+fill" when the rest then
     bought replicas of the slowest layer, "/small<N>" when the layers of few pixels were cut into
-    row groups of N tiles."""
+    row groups of N tiles, "/pack<K>" when remainder tiles were packed K pixels at a time instead
+    of the first of `pack_pixels`."""
     name = ("chunked" if chunks else "contiguous") + ("" if share == 1.0 else f"@{share:g}")
-    return name + ("+fill" if fill else "") + (f"/small{small}" if small else "")
+    name += ("+fill" if fill else "") + (f"/small{small}" if small else "")
+    return name + (f"/pack{pack}" if pack else "")
 
 
 class _Final(NamedTuple):
@@ -394,7 +409,15 @@ class _Candidate(NamedTuple):
     chunks: bool
     crossbar_share: float
     fill_slowest: bool
-    small_tiles: int = 0
+    tag: tuple[int, int] = (0, 0)  # (small-layer row-group tiles, pack pixels; 0: the first)
+
+    @property
+    def small_tiles(self) -> int:
+        return self.tag[0]
+
+    @property
+    def pack(self) -> int:
+        return self.tag[1]
 
 
 def _synchronized(arch: Arch, planned, first, opts: CompileOptions, timed: PassTimer):
@@ -460,7 +483,9 @@ def _core_span_ns(first) -> float:
     return max((b - a for a, b in span.values()), default=0.0)
 
 
-def _repack(arch: Arch, sg, passes, at: int, how: dict, first, timed: PassTimer, small: int = 0):
+def _repack(
+    arch: Arch, sg, passes, at: int, how: dict, first, timed: PassTimer, tag: tuple[int, int]
+):
     """Window packing: up to REPACK_ROUNDS rounds, each placing the nodes by the load within
     their layers' time windows (merging.pack_balanced) of the last estimated execution of this
     plan variant that ended first (starting with `first`, the variant's own first round). A
@@ -468,7 +493,7 @@ def _repack(arch: Arch, sg, passes, at: int, how: dict, first, timed: PassTimer,
     branches, a pool beside its sibling convolution) stop sharing cores and waiting for each
     other. `how`: the planning fields of the variant (chunks, crossbar share, fill). Returns the
     `_Candidate` of every round that shortened the estimate."""
-    label = _label(how["chunks"], how["crossbar_share"], how["fill_slowest"], small)
+    label = _label(how["chunks"], how["crossbar_share"], how["fill_slowest"], *tag)
     out = []
     if first is None:  # the variant's order got stuck: no estimated execution to take windows from
         return out
@@ -486,9 +511,7 @@ def _repack(arch: Arch, sg, passes, at: int, how: dict, first, timed: PassTimer,
         kept = (est, first)
         span = _core_span_ns(first)
         out.append(
-            _Candidate(
-                est, span, planned, first, windows, f"{label}_repacked{r}", **how, small_tiles=small
-            )
+            _Candidate(est, span, planned, first, windows, f"{label}_repacked{r}", **how, tag=tag)
         )
     return out
 

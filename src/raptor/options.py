@@ -55,6 +55,16 @@ SMALL_LAYER_GROUP_TILES_LATENCY = (0, 2)
 # (googlenet arch-b 66.3 -> 78.4/s), resnet34 arch-b unchanged. Crossbar (matrix) energy rises
 # 0-1.2 %: a step of an odd number of pixels ends with a pack of one.
 PACK_PIXELS = 2
+# Pack sizes a planned compile tries, one candidate plan search each (raptor.compiler._plan; the
+# first is the base, each other one plans every replication again with the base's choice of
+# chunks and is kept when its plan ends strictly first, in throughput mode also with a shorter
+# core span). Throughput pipeline 4, (2, 3) against (2,): resnet18 arch-a 81.8 -> 91.7/s,
+# resnet34 arch-b 30.3 -> 33.8/s, the other six unchanged (resnet18 arch-b's 3-pixel plan, 75.2/s
+# alone, estimated no shorter), throughput compiles 1.4-1.8x as long (3-8 s). Latency keeps one
+# size: per case the best of 1, 2 and 3 pixels is 2 on 7 of the 8 latency cases (vgg8 arch-a: 1),
+# and a second size would double the planning of every latency compile.
+PACK_PIXELS_LATENCY = (PACK_PIXELS,)
+PACK_PIXELS_THROUGHPUT = (PACK_PIXELS, 3)
 
 # Shares of the chip's crossbars the replication of a planned latency compile may buy: the
 # compiler plans once per share and keeps the plan whose message order ends first
@@ -101,9 +111,10 @@ class CompileOptions:
     # candidate plan search each (0: row_group_tiles); None: SMALL_LAYER_GROUP_TILES_LATENCY for
     # a planned latency compile with the NoC dataflow, else (0,)
     small_layer_group_tiles: tuple[int, ...] | None = None
-    # Raptor: pixels one mvmul of a short last row tile may serve (1: no packing); None:
-    # PACK_PIXELS for Raptor with the NoC dataflow, else 1
-    pack_pixels: int | None = None
+    # Raptor: pixels one mvmul of a short last row tile may serve (1: no packing), one candidate
+    # plan search each (an int: that one); None: PACK_PIXELS_LATENCY or PACK_PIXELS_THROUGHPUT for
+    # a planned compile with the NoC dataflow, PACK_PIXELS without planning, else (1,)
+    pack_pixels: tuple[int, ...] | int | None = None
     # Raptor: shares of the crossbars replication may buy, one candidate plan each, the first
     # winning ties; None: CROSSBAR_SHARES_LATENCY in latency mode, (1.0,) in throughput mode
     crossbar_shares: tuple[float, ...] | None = None
@@ -151,9 +162,17 @@ class CompileOptions:
             )
         if self.pack_pixels is None:
             noc = self.compiler == "raptor" and not self.disable_noc_dataflow
-            object.__setattr__(self, "pack_pixels", PACK_PIXELS if noc else 1)
-        if self.pack_pixels < 1:
-            raise RaptorError(f"pack pixels must be >= 1 (1: no packing), got {self.pack_pixels}")
+            planned = noc and not self.disable_spatial_planning
+            both = PACK_PIXELS_LATENCY if self.mode == "latency" else PACK_PIXELS_THROUGHPUT
+            packs = both if planned else (PACK_PIXELS,) if noc else (1,)
+            object.__setattr__(self, "pack_pixels", packs)
+        packs = self.pack_pixels
+        packs = (packs,) if isinstance(packs, int) else tuple(int(k) for k in packs)
+        object.__setattr__(self, "pack_pixels", packs)
+        if not packs or any(k < 1 for k in packs) or len(set(packs)) < len(packs):
+            raise RaptorError(
+                f"pack pixels must be distinct numbers >= 1 (1: no packing), got {list(packs)}"
+            )
         crossbar = CROSSBAR_SHARES_LATENCY if self.mode == "latency" else (1.0,)
         self._set_shares("crossbar", crossbar, empty_ok=False)
         self._set_shares("fill", FILL_SHARES, empty_ok=True)

@@ -46,11 +46,16 @@ def test_pack_factor():
 
 
 def test_options():
-    assert PACK_PIXELS == 2 and CompileOptions().pack_pixels == 2
-    assert CompileOptions(disable_noc_dataflow=True).pack_pixels == 1
-    assert CompileOptions(compiler="pimcomp").pack_pixels == 1
-    with pytest.raises(RaptorError, match="pack pixels must be >= 1"):
-        CompileOptions(pack_pixels=0)
+    assert PACK_PIXELS == 2 and CompileOptions().pack_pixels == (2,)
+    assert CompileOptions(mode="throughput", pipeline=4).pack_pixels == (2, 3)
+    assert CompileOptions(disable_spatial_planning=True).pack_pixels == (2,)
+    assert CompileOptions(disable_noc_dataflow=True).pack_pixels == (1,)
+    assert CompileOptions(compiler="pimcomp").pack_pixels == (1,)
+    assert CompileOptions(pack_pixels=3).pack_pixels == (3,)
+    assert CompileOptions(pack_pixels=[2, 1]).pack_pixels == (2, 1)
+    for bad in (0, (), (2, 2), (2, -1)):
+        with pytest.raises(RaptorError, match="pack pixels must be distinct numbers >= 1"):
+            CompileOptions(pack_pixels=bad)
 
 
 def _model(hw: int = 16, out_conv: bool = True) -> onnx.ModelProto:
@@ -127,7 +132,7 @@ def test_cli_option(tmp_path, capsys):
     argv = ["compile", str(path), "--arch", "arch-a", "--out", str(tmp_path / "o")]
     assert main([*argv, "--pim-pack-pixels", "3"]) == 0
     target = json.loads((tmp_path / "o" / "pim" / "target.json").read_text())
-    assert target["options"]["pack_pixels"] == 3
+    assert target["options"]["pack_pixels"] == [3]
     report = json.loads((tmp_path / "o" / "compile_report.json").read_text())
     assert list(report["remainder_packs"].values()) == [3, 3, 3]
     capsys.readouterr()
@@ -138,4 +143,42 @@ def test_cli_option(tmp_path, capsys):
     capsys.readouterr()
     assert main([*argv, "--pim-pack-pixels", "0"]) == EXIT_USER_ERROR
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "pack pixels must be >= 1" in err[0]
+    assert len(err) == 1 and "pack pixels must be distinct numbers >= 1" in err[0]
+
+
+def test_pack_sizes_compete_as_tilings(tmp_path, monkeypatch):
+    """Each further pack size plans every replication again ("/pack<K>" candidates, with the
+    first size's choice of chunks) and its plan is kept only when it ends strictly first (and,
+    pipelined, spans less); a size that packs no layer differently plans nothing; the plan memo
+    keeps the size, so a hit rebuilds the same program without comparing again."""
+    import raptor.compiler as compiler
+    from raptor.frontend.cache import CachedModel
+    from raptor.spatial.plan_memo import plan_memo
+
+    model = _model()
+    opts = CompileOptions(mode="throughput", pipeline=2, pack_pixels=(2, 6))
+    both = compile_model(model, ARCH, opts)
+    one = compile_model(model, ARCH, CompileOptions(mode="throughput", pipeline=2, pack_pixels=2))
+    est = both.report["plan_estimates_ns"]
+    six = {k: v for k, v in est.items() if k.endswith("/pack6") or "/pack6_" in k}
+    assert six and {k: v for k, v in est.items() if k not in six} == one.report["plan_estimates_ns"]
+    assert both.report["plan_kept"] in est
+    kept_six = "/pack6" in both.report["plan_kept"]
+    assert set(both.report["remainder_packs"].values()) == ({6} if kept_six else {2})
+    _check(model, both.program, "throughput", 2, 16)
+    # at most 128 // 19 = 6 pixels for conv1, 128 // 16 = 8 for the others: 9 packs as 8 does
+    same = compile_model(model, ARCH, CompileOptions(pack_pixels=(8, 9)))
+    assert not any("/pack" in k for k in same.report["plan_estimates_ns"])
+    assert list(same.report["remainder_packs"].values()) == [6, 8, 8]
+
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    cached = CachedModel(path, tmp_path / "common", "code-v1")
+    opts = CompileOptions(pack_pixels=(1, 2))  # the second size must win to be kept
+    fresh = compile_model(cached, ARCH, opts)
+    recipe = plan_memo(cached, ARCH, opts).get()
+    assert recipe is not None and recipe.label == fresh.report["plan_kept"]
+    assert recipe.pack == (2 if "/pack2" in recipe.label else 0)
+    monkeypatch.setattr(compiler, "_trial", lambda *a: pytest.fail("compared again"))
+    hit = compile_model(cached, ARCH, opts)
+    assert [c.tobytes() for c in hit.program.cores] == [c.tobytes() for c in fresh.program.cores]

@@ -43,7 +43,7 @@ def spatial_passes(opts: CompileOptions) -> list[SpatialPass]:
     passes: list[SpatialPass] = [ResidualFusionPass()]
     if not opts.disable_sibling_merge:
         passes.append(SiblingMergePass())
-    passes.append(TilingPass(group_tiles=opts.row_group_tiles, pack_pixels=opts.pack_pixels))
+    passes.append(TilingPass(group_tiles=opts.row_group_tiles, pack_pixels=opts.pack_pixels[0]))
     # Both modes plan for the shortest layer steps: with one host buffer per tensor the pipeline
     # period is set by adjacent layers' overlap, and the throughput objective (shave the slowest
     # node) measured worse (vgg8 arch-a p4: 66 vs 115 inferences/s).

@@ -38,7 +38,7 @@ from raptor.arch import Arch
 from raptor.options import CompileOptions
 
 MEMO_DIR = "plans"
-FORMAT = 4
+FORMAT = 5
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ class PlanRecipe:
     fill_slowest: bool = False
     small_tiles: int = 0  # row tiles per group of the layers of few pixels (0: as the others)
     label: str = ""  # the plan's name in `estimates` (the compile report's `plan_kept`)
+    pack: int = 0  # pixels per remainder mvmul (0: the first of the options' pack_pixels)
 
     def to_json(self) -> dict:
         windows = None
@@ -66,6 +67,7 @@ class PlanRecipe:
             "fill_slowest": self.fill_slowest,
             "small_tiles": self.small_tiles,
             "label": self.label,
+            "pack": self.pack,
         }
 
     @staticmethod
@@ -76,8 +78,8 @@ class PlanRecipe:
         windows = None if w is None else {int(k): (float(a), float(b)) for k, (a, b) in w.items()}
         estimates = {str(k): float(v) for k, v in d["estimates"].items()}
         share, fill = float(d["crossbar_share"]), bool(d["fill_slowest"])
-        small, label = int(d["small_tiles"]), str(d["label"])
-        return PlanRecipe(bool(d["chunks"]), windows, estimates, share, fill, small, label)
+        small, label, pack = int(d["small_tiles"]), str(d["label"]), int(d["pack"])
+        return PlanRecipe(bool(d["chunks"]), windows, estimates, share, fill, small, label, pack)
 
 
 @dataclass(frozen=True)
