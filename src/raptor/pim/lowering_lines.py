@@ -136,8 +136,8 @@ def lower_mvm_lines(
     tiles = row_tiles(arch, node.r0, node.r1)
     # a packed last tile (spatial/tiling.py pack_factor): k pixels' inputs copied side by side,
     # one mvmul for all of them
-    k = tile_pack(arch, *tiles[-1], layer.pack)
-    packed = tiles.pop() if k > 1 else None
+    pack = tile_pack(arch, *tiles[-1], layer.pack)
+    packed = tiles.pop() if pack > 1 else None
     srcs, dst_core = ctx.links.get(node.id, ((), -1))
     i0, i1, x0, x1, wp = lines_geometry(layer, node)
     row_bytes = wp * c * eb
@@ -157,8 +157,8 @@ def lower_mvm_lines(
     ps_b = alloc.alloc(cols * eb, "psum2") if need_b else None
     if packed is not None:
         pk_rows = packed[1] - packed[0]
-        pk_in = alloc.alloc(k * pk_rows * eb, "pack input")
-        pk_out = alloc.alloc(k * cols * eb, "pack output")
+        pk_in = alloc.alloc(pack * pk_rows * eb, "pack input")
+        pk_out = alloc.alloc(pack * cols * eb, "pack output")
     last = dst_core < 0
     pro, regs, bias = mvm_prologue(ctx, layer, node, v.buffer, residual, last, alloc, cols, eb)
     tail = MvmTail(layer, node, srcs, dst_core, ps_a, ps_b, bias, residual, eb)
@@ -328,12 +328,16 @@ def lower_mvm_lines(
             # spans two steps, whose messages and stores go between them); a pack's first lane
             # copies the pack's inputs and runs its mvmul, every lane adds its block of the output
             pos = np.arange(len(ox), dtype=np.int64) - np.repeat(first, count)
-            j = pos % k
-            m = np.minimum(k, np.repeat(count, count) - (pos - j))
-            slot_addr = pk_out + j * cols * eb
+            member = pos % pack  # a lane's place in its pack
+            size_of = np.minimum(pack, np.repeat(count, count) - (pos - member))  # its pack's size
+            slot_addr = pk_out + member * cols * eb
             parts = []
-            for size in [0, *np.unique(m[j == 0]).tolist()]:
-                ln = np.flatnonzero(j > 0) if size == 0 else np.flatnonzero((j == 0) & (m == size))
+            for size in [0, *np.unique(size_of[member == 0]).tolist()]:
+                ln = (
+                    np.flatnonzero(member > 0)
+                    if size == 0
+                    else np.flatnonzero((member == 0) & (size_of == size))
+                )
                 if not len(ln):
                     continue
                 b = Block(len(ln))
