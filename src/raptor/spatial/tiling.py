@@ -65,7 +65,8 @@ def pack_factor(arch: Arch, rows: int, cols: int, groups: int, most: int) -> int
     (k x its crossbars), so k pixels' remainders share one mvmul, as depthwise groups do, while
     its row group still fits one core. 1: not packed."""
     xr, cpc = arch.matrix.rows, arch.crossbars_per_core
-    rem = rows - (math.ceil(rows / xr) - 1) * xr
+    a, b = row_tiles(arch, 0, rows)[-1]
+    rem = b - a
     if most <= 1 or 2 * rem > xr:
         return 1
     _, slices = gemm_slices(arch, rows, cols, groups)
