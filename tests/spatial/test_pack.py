@@ -182,3 +182,26 @@ def test_pack_sizes_compete_as_tilings(tmp_path, monkeypatch):
     monkeypatch.setattr(compiler, "_trial", lambda *a: pytest.fail("compared again"))
     hit = compile_model(cached, ARCH, opts)
     assert [c.tobytes() for c in hit.program.cores] == [c.tobytes() for c in fresh.program.cores]
+
+
+def test_lane_cost_sees_the_pack_in_every_row_group():
+    """The planner's lane estimate charges a packed tile 1/k of an mvmul plus the copy of its
+    input, also in a later row group (576 rows in groups of 2 and 3 tiles: the packed 64-row
+    tile is the second group's last)."""
+    from dataclasses import replace
+
+    from raptor.frontend import load_graph
+    from raptor.spatial.build import build_spatial
+    from raptor.spatial.cost import _vec_ns, lane_ns, mvm_ns
+    from raptor.spatial.ir import ComputeNode, NodeKind
+
+    b = OnnxBuilder(0)
+    model = b.model([1, 3, 8, 8], b.conv(b.conv("x", 3, 64), 64, 64), [1, 64, 8, 8])
+    sg = build_spatial(load_graph(model), ARCH.element_bytes, ARCH.matrix.rows)
+    layer = next(ly for ly in sg.layers if ly.rows == 576)
+    one, two = (replace(layer, row_groups=2, pack=k) for k in (1, 2))
+    for r0, r1, group in ((0, 256, 0), (256, 576, 1)):
+        node = ComputeNode(0, layer.index, NodeKind.MVM, 0, 1, 0, 64, r0, r1, group)
+        saved = lane_ns(ARCH, one, node) - lane_ns(ARCH, two, node)
+        want = mvm_ns(ARCH) / 2 - _vec_ns(ARCH, 64) if r1 == 576 else 0.0
+        assert saved == pytest.approx(want)

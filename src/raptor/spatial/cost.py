@@ -12,7 +12,7 @@ import math
 from raptor.arch import Arch
 from raptor.arch.timing import memory_latency_ns, mvm_cost, mvm_local_read_bytes, vector_compute_ns
 from raptor.spatial.ir import ComputeNode, Layer, LayerKind, NodeKind
-from raptor.spatial.tiling import tile_pack
+from raptor.spatial.tiling import row_tiles, tile_pack
 
 INSTRUCTION_OVERHEAD_NS = 6.0
 
@@ -81,10 +81,10 @@ def lane_ns(arch: Arch, layer: Layer, node: ComputeNode) -> float:
         t = kh * _ld_ns(arch, seg * eb)
         tiles = math.ceil(rows / arch.matrix.rows)
         t += tiles * mvm_ns(arch) + (tiles - 1) * _vec_ns(arch, cols)
-        last = node.r1 - (tiles - 1) * arch.matrix.rows
-        k = tile_pack(arch, node.r1 - last, node.r1, layer.pack)
+        a, b = row_tiles(arch, node.r0, node.r1)[-1]
+        k = tile_pack(arch, a, b, layer.pack)
         if k > 1:  # the packed tile: its input copied to the pack, one mvmul per k pixels
-            t += _vec_ns(arch, last) + (1 / k - 1) * mvm_ns(arch)
+            t += _vec_ns(arch, b - a) + (1 / k - 1) * mvm_ns(arch)
         g, k, fan_in = node.row_group, 1, 0  # reduction tree (ir.SpatialGraph.reduce_links)
         while g % (2 * k) == 0 and g + k < layer.row_groups:
             fan_in, k = fan_in + 1, 2 * k
