@@ -53,7 +53,9 @@ SMALL_LAYER_GROUP_TILES_LATENCY = (0, 2)
 # 53 of them on resnet18 arch-a), 2 pixels only for remainders of at most 32 rows 0.999, 6 only
 # for those of at most 42 rows 1.021. Throughput pipeline 4 with 2 pixels: +0.7 to +18 %
 # (googlenet arch-b 66.3 -> 78.4/s), resnet34 arch-b unchanged. Crossbar (matrix) energy rises
-# 0-1.2 %: a step of an odd number of pixels ends with a pack of one.
+# 0-1.2 %: a step of an odd number of pixels ends with a pack of one. (Measured with a lane cost
+# that saw the packed tile only in a layer's first row group; with it fixed, 2 pixels measure
+# 0.964: README "Packed remainder tiles".)
 PACK_PIXELS = 2
 # Pack sizes a planned compile tries, one candidate plan search each (raptor.compiler._plan; the
 # first is the base, each other one plans every replication again with the base's choice of
