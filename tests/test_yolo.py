@@ -103,14 +103,16 @@ def test_yolo11n_realistic_320_validates(tmp_path):
     """yolo11n with realistic activations (attention logits in the hundreds) misses 1e-3 against
     onnxruntime at 320x320, because onnxruntime's own float32 result is that far from exact
     arithmetic: the simulator is at least as close to a float64 evaluation, so it PASSes. The
-    per-tensor comparison finds where float32 rounding is amplified: the DFL softmax."""
+    per-tensor comparison finds where float32 rounding is amplified: the DFL softmax. (Without
+    packed remainder tiles: how far the program lands from onnxruntime depends on its summation
+    order, and the default plan, rel 9.2e-4, happens to pass against onnxruntime alone.)"""
     from raptor.compiler import compile_to_dir
     from raptor.models import save_model
     from raptor.validation.compare import RTOL, validate_dir
 
     model = save_model("yolo11n", tmp_path / "y.onnx", input_size=320, activations="realistic")
     arch = load_arch("arch-a")
-    compile_to_dir(model, arch, CompileOptions(), tmp_path / "run")
+    compile_to_dir(model, arch, CompileOptions(pack_pixels=1), tmp_path / "run")
     v = validate_dir(tmp_path / "run", model, arch, intermediates=True)
     (e,) = v.errors
     assert v.passed and e.passed
