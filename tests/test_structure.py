@@ -83,7 +83,8 @@ def test_every_pass_is_a_frozen_dataclass_with_name_and_apply():
         ("disable_sibling_merge", {"sibling-gemm-merge"}),
         ("disable_noc_dataflow", {"noc-dataflow", "noc-message-order"}),
         ("disable_synchronization", {"synchronization"}),
-        ("disable_spatial_planning", {"spatial-planning"}),
+        ("disable_spatial_planning", {"spatial-planning", "mesh-placement"}),
+        ("disable_mesh_placement", {"mesh-placement"}),
     ],
 )
 def test_an_option_removes_its_pass(field, gone):
@@ -109,6 +110,7 @@ def test_default_pass_order():
         "pim-codegen",
         "verify-pim",
         "deadlock-check",
+        "mesh-placement",
         "finalists",
         "estimates",
     ]

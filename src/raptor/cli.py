@@ -109,6 +109,7 @@ def compile_options(args: argparse.Namespace) -> CompileOptions:
         disable_line_buffer=args.pim_disable_line_buffer,
         disable_pixel_chunks=args.pim_disable_pixel_chunks,
         disable_window_packing=args.pim_disable_window_packing,
+        disable_mesh_placement=args.pim_disable_mesh_placement,
         row_segments=args.pim_row_segments,
         row_group_tiles=args.pim_row_group_tiles,
         small_layer_group_tiles=args.pim_small_layer_group_tiles,
@@ -412,6 +413,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="Raptor: place nodes on cores by their total load only; by default the planner "
         "also repacks them by the load within each layer's time window of the estimated "
         "schedule and keeps the shorter plan (default: off)",
+    )
+    cp.add_argument(
+        "--pim-disable-mesh-placement",
+        action="store_true",
+        help="Raptor: keep the planner's snake numbering of the cores; by default the emitted "
+        "program's cores are renumbered so that its messages travel few hops (default: off)",
     )
     cp.add_argument(
         "--pim-row-segments",

@@ -75,7 +75,10 @@ def pass_list(opts: CompileOptions) -> list[tuple[str, bool]]:
         loop.append("noc-message-order")
     loop += ["verify-spatial", "pim-codegen", "verify-pim", "deadlock-check"]
     once = ["frontend", "build-spatial", *(p.name for p in spatial_passes(opts))]
-    last = ["finalists"] if opts.mode == "latency" else []  # (runs when a plan has a runner-up)
+    last = (
+        [] if opts.disable_spatial_planning or opts.disable_mesh_placement else ["mesh-placement"]
+    )
+    last += ["finalists"] if opts.mode == "latency" else []  # (runs when a plan has a runner-up)
     last.append("estimates")
     return [(n, False) for n in once] + [(n, True) for n in loop] + [(n, False) for n in last]
 
@@ -173,6 +176,10 @@ def _program(arch: Arch, planned, first, opts: CompileOptions, timed: PassTimer)
             raise PassFailedError(failure)
     else:
         raise PassFailedError(f"{failure} (after {MAX_NOC_ROUNDS} rounds of demotion)")
+    if not (opts.disable_spatial_planning or opts.disable_mesh_placement):
+        from raptor.pim.placement import place_cores
+
+        prog, sg, stats["mesh_placement"] = timed("mesh-placement", place_cores, arch, prog, sg)
     return prog, sg, stats
 
 
@@ -607,6 +614,8 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
             "nodes": stats.get("halo_nodes", 0),
             "rows_received": stats.get("halo_rows_received", 0),
         },
+        # raptor.pim.placement: switches' busy time and mean flit latency, before and after
+        "mesh_placement": stats.get("mesh_placement"),
         "host_store_bytes": stores,
         "host_bytes_per_inference": _bytes_of(prog, Opcode.LD) + stores,
         "noc_bytes_per_inference": _bytes_of(prog, Opcode.SEND),

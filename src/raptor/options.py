@@ -105,6 +105,8 @@ class CompileOptions:
     disable_line_buffer: bool = False  # Raptor: line buffers only where the NoC dataflow needs them
     disable_pixel_chunks: bool = False  # Raptor: one contiguous pixel range per replica
     disable_window_packing: bool = False  # Raptor: pack cores by total load only (no repacking)
+    # Raptor: keep the planner's snake numbering of the cores (no traffic placement, pim/placement.py)
+    disable_mesh_placement: bool = False
     row_segments: int = ROW_SEGMENTS  # Raptor: NoC row segments per output row
     # Raptor: row tiles per row group (0: as many as fit one core); None: ROW_GROUP_TILES_LATENCY
     # for a planned latency compile by Raptor, else 0
