@@ -69,6 +69,23 @@ def test_far_partners_become_neighbours():
     assert placement_cost(t, np.zeros(n), lat, glat, p) == 1000 * 4 + 10 * 4
 
 
+def test_heavy_partners_share_a_chip():
+    """On arch-c (16 chips of 2 x 2 cores) two cores on the farthest chips that exchange most of
+    the traffic end up on one chip, next to each other, and the cores that load from global
+    memory (chip 0) move towards it."""
+    arch = load_arch("arch-c")
+    n = arch.core_count
+    t = np.zeros((n, n))
+    t[0, n - 1] = 500.0
+    g = np.zeros(n)
+    g[n - 2] = 300.0
+    lat, glat = latencies(arch, n)
+    assert lat[0, n - 1] > 100 and glat[n - 2] > glat[0]  # chip hops cost far more than a core hop
+    p = best_permutation(t, g, lat, glat)
+    assert lat[p[0], p[n - 1]] == arch.noc.base_latency_ns + arch.noc.hop_latency_ns
+    assert glat[p[n - 2]] == glat.min()
+
+
 def test_traffic_counts_flits():
     res = compile_model(toy_resnet(), ARCH, CompileOptions(disable_mesh_placement=True))
     prog = res.program
