@@ -19,6 +19,7 @@ from raptor.options import (
     PACK_PIXELS_LATENCY,
     PACK_PIXELS_THROUGHPUT,
     ROW_GROUP_TILES_LATENCY,
+    ROW_SEGMENT_PIXELS,
     ROW_SEGMENTS,
     SMALL_LAYER_GROUP_TILES_LATENCY,
     SMALL_LAYER_PIXELS,
@@ -111,6 +112,7 @@ def compile_options(args: argparse.Namespace) -> CompileOptions:
         disable_window_packing=args.pim_disable_window_packing,
         disable_mesh_placement=args.pim_disable_mesh_placement,
         row_segments=args.pim_row_segments,
+        row_segment_pixels=args.pim_row_segment_pixels,
         row_group_tiles=args.pim_row_group_tiles,
         small_layer_group_tiles=args.pim_small_layer_group_tiles,
         pack_pixels=args.pim_pack_pixels,
@@ -426,9 +428,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=ROW_SEGMENTS,
         metavar="N",
         help="Raptor: cut each output row a NoC node computes and sends into up to N segments "
-        "of at least two pixels, so that consumers start before a row is finished; more "
+        "of one pixel or more, so that consumers start before a row is finished; more "
         "segments overlap layers more for more instructions and compile time "
         f"(default: {ROW_SEGMENTS})",
+    )
+    cp.add_argument(
+        "--pim-row-segment-pixels",
+        type=int,
+        default=ROW_SEGMENT_PIXELS,
+        metavar="N",
+        help="Raptor: the fewest pixels of a row segment; more keep packed remainder tiles "
+        f"whole at the cost of coarser streaming of narrow rows (default: {ROW_SEGMENT_PIXELS})",
     )
     cp.add_argument(
         "--pim-row-group-tiles",

@@ -9,6 +9,15 @@ from dataclasses import dataclass
 # throughput 4.7 % (geometric means; resnet18/34 up to 11.5 % / 13 %, vgg8 arch-a p4 4.1 % lower
 # throughput) for 3-4 % more instructions; 16 and 32 gain another 1-2 % but double compile time.
 ROW_SEGMENTS = 8
+# The fewest pixels of a row segment (`--pim-row-segment-pixels`). 1 since stop 42: the 7- and
+# 14-pixel rows of resnet's layer3/4 and googlenet's inception 4/5 stream in 7 and 8 segments
+# instead of 3 and 7; measured with the mesh placement against 2 (benchmarks/run.py, 16 default
+# cases): latency -0.5 to -9.9 % on all 8 latency cases (geometric mean 0.955), throughput p4
+# -0.3 to +5.4 %; 4 measured +4.9 % latency. A layer with packed remainder tiles then often runs
+# packs of one pixel (a pack never spans two steps); keeping its segments at whole packs measured
+# 0.969 instead of 0.955 (googlenet -2.0 / -3.1 % instead of -6.0 / -9.9 %), and not packing the
+# layers whose rows are too narrow for 8 segments of two pixels 0.969 (googlenet p4 -4 to -7.5 %).
+ROW_SEGMENT_PIXELS = 1
 # A latency compile programs the plan of the shortest estimated schedule and up to FINALISTS - 1
 # runners-up whose estimates end within FINALIST_MARGIN of it, and keeps the one the simulator
 # (the machine model every reported figure comes from) runs fastest (raptor.compiler). The
@@ -108,6 +117,7 @@ class CompileOptions:
     # Raptor: keep the planner's snake numbering of the cores (no traffic placement, pim/placement.py)
     disable_mesh_placement: bool = False
     row_segments: int = ROW_SEGMENTS  # Raptor: NoC row segments per output row
+    row_segment_pixels: int = ROW_SEGMENT_PIXELS  # Raptor: the fewest pixels of a row segment
     # Raptor: row tiles per row group (0: as many as fit one core); None: ROW_GROUP_TILES_LATENCY
     # for a planned latency compile by Raptor, else 0
     row_group_tiles: int | None = None
@@ -142,6 +152,8 @@ class CompileOptions:
             raise RaptorError("latency mode is pipeline 1; use --mode throughput for --pipeline N")
         if self.row_segments < 1:
             raise RaptorError(f"row segments must be >= 1, got {self.row_segments}")
+        if self.row_segment_pixels < 1:
+            raise RaptorError(f"row segment pixels must be >= 1, got {self.row_segment_pixels}")
         if self.finalists < 1:
             raise RaptorError(f"finalists must be >= 1, got {self.finalists}")
         if self.row_group_tiles is None:

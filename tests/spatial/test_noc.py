@@ -225,7 +225,8 @@ def test_demoted_mixed_node_reads_its_window_under_tokens():
 @pytest.mark.parametrize(
     "name,hw,opts",
     [
-        ("vgg8", 16, CompileOptions(disable_synchronization=True)),
+        # (segments of at least two pixels: the plan the docstring describes)
+        ("vgg8", 16, CompileOptions(disable_synchronization=True, row_segment_pixels=2)),
         ("googlenet", 64, CompileOptions(mode="throughput", pipeline=2)),
     ],
 )
@@ -349,6 +350,40 @@ def test_row_segments_option_trades_instructions_for_overlap(tmp_path, capsys):
     _, err = capsys.readouterr()
     assert rc == EXIT_USER_ERROR
     assert err == "raptor: error: row segments must be >= 1, got 0\n"
+    assert not (tmp_path / "o").exists()
+
+
+def test_row_segments_may_be_single_pixels(tmp_path, capsys):
+    """`--pim-row-segment-pixels N` (raptor.options.ROW_SEGMENT_PIXELS, 1): the fewest pixels of
+    a row segment. Rows narrower than two pixels per segment are cut to the pixel by default and
+    in segments of at least N pixels with N; vgg8 at 32x32 (its 8- and 4-pixel rows) computes
+    onnxruntime's values both ways, with more, smaller messages by default; the option is
+    recorded and below 1 is a one-line user error."""
+    from raptor.cli import EXIT_USER_ERROR, main
+    from raptor.options import ROW_SEGMENT_PIXELS
+    from raptor.spatial.message_order import row_segments
+
+    assert ROW_SEGMENT_PIXELS == 1
+    assert row_segments(7, 8) == list(range(8))  # 7 segments of one pixel
+    assert row_segments(7, 8, 2) == [0, 2, 5, 7]  # 3 segments of at least two
+    assert row_segments(14, 8) == [0, 2, 4, 5, 7, 9, 10, 12, 14]  # 8 of 1-2 pixels
+    assert row_segments(14, 8, 2) == [0, 2, 4, 6, 8, 10, 12, 14]  # 7 of two
+    assert row_segments(56, 8) == row_segments(56, 8, 2)  # wide rows: 8 segments either way
+    arch = load_arch("arch-a")
+    model = build_model("vgg8", input_size=32)
+    one = {"finalists": 1, "pack_pixels": 1}
+    res1, rep1, err1 = _values(model, arch, CompileOptions(**one), 32)
+    res2, rep2, err2 = _values(model, arch, CompileOptions(row_segment_pixels=2, **one), 32)
+    assert err1 <= 1e-3 and err2 <= 1e-3
+    assert _ops(res1.program, Opcode.SEND) > _ops(res2.program, Opcode.SEND)
+    assert res1.report["options"]["row_segment_pixels"] == 1
+    assert res2.report["options"]["row_segment_pixels"] == 2
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    argv = ["compile", str(path), "--arch", "arch-a", "--out", str(tmp_path / "o")]
+    assert main([*argv, "--pim-row-segment-pixels", "0"]) == EXIT_USER_ERROR
+    _, err = capsys.readouterr()
+    assert err == "raptor: error: row segment pixels must be >= 1, got 0\n"
     assert not (tmp_path / "o").exists()
 
 

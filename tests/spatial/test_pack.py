@@ -91,7 +91,10 @@ def test_packed_programs_compute_the_same_values_with_fewer_mvmuls(mode, n):
     model = _model()
     counts = {}
     for k in (1, 2, 6):
-        res = compile_model(model, ARCH, CompileOptions(mode=mode, pipeline=n, pack_pixels=k))
+        # segments of at least two pixels: the 8-pixel rows in 8 one-pixel segments would make
+        # every pack a pack of one (a pack never spans two steps)
+        opts = CompileOptions(mode=mode, pipeline=n, pack_pixels=k, row_segment_pixels=2)
+        res = compile_model(model, ARCH, opts)
         prog = res.program
         _check(model, prog, mode, n, 16)
         counts[k] = _mvmuls(prog)

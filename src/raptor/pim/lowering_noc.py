@@ -31,7 +31,7 @@ def line_steps(
     ow = ctx.sg.layers[node.layer].output.width
     noc = ctx.sg.noc
     per_step = noc is not None and noc.uses_lines(node)
-    cuts = row_segments(ow, noc.segments) if per_step else [0, ow]
+    cuts = row_segments(ow, noc.segments, noc.segment_pixels) if per_step else [0, ow]
     out = []
     for bi, (a, b) in enumerate(bands):
         steps = row_steps(a, b, ow, cuts)

@@ -40,11 +40,12 @@ class Step:
     pb: int
 
 
-def row_segments(ow: int, segments: int) -> list[int]:
+def row_segments(ow: int, segments: int, least: int = 1) -> list[int]:
     """Column cuts [0, ..., ow] of an output row into the segments a NoC node computes and sends
-    one at a time (up to `segments` of at least two pixels), so that a consumer starts on the
-    first columns of a row before its producers finished the row."""
-    n = max(1, min(segments, ow // 2))
+    one at a time (up to `segments`, of at least `least` pixels: NocPlan.segment_pixels,
+    raptor.options.ROW_SEGMENT_PIXELS), so that a consumer starts on the first columns of a row
+    before its producers finished the row."""
+    n = max(1, min(segments, ow // max(1, least)))
     return [round(i * ow / n) for i in range(n + 1)]
 
 
@@ -64,14 +65,17 @@ def node_steps(sg: SpatialGraph, n: ComputeNode) -> tuple[Step, ...]:
     plan = sg.noc
     if plan is None or not plan.uses_lines(n):
         return tuple(Step(i, -1, a, b) for i, (a, b) in enumerate(bands))
-    return _line_steps(bands, max(1, sg.layers[n.layer].output.width), plan.segments)
+    ow = max(1, sg.layers[n.layer].output.width)
+    return _line_steps(bands, ow, plan.segments, plan.segment_pixels)
 
 
 @functools.lru_cache(maxsize=8192)
-def _line_steps(bands: tuple[tuple[int, int], ...], ow: int, segments: int) -> tuple[Step, ...]:
+def _line_steps(
+    bands: tuple[tuple[int, int], ...], ow: int, segments: int, least: int
+) -> tuple[Step, ...]:
     """node_steps of a NoC node: each band's pixels cut at whole rows and row segments (one
     node's steps, asked for again by every candidate plan and by code generation)."""
-    cuts = row_segments(ow, segments)
+    cuts = row_segments(ow, segments, least)
     return tuple(
         Step(i, oy, pa, pb)
         for i, (a, b) in enumerate(bands)

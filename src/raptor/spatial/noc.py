@@ -20,7 +20,8 @@ pass's tokens; a producer also `st`s its rows when its buffer keeps a host reade
 
 Granularity and buffers. NoC nodes compute one row segment per step (up to `NocPlan.segments`
 per output row: raptor.options.ROW_SEGMENTS unless `raptor compile --pim-row-segments` says
-otherwise), so a
+otherwise, of at least `NocPlan.segment_pixels` pixels: raptor.options.ROW_SEGMENT_PIXELS,
+`--pim-row-segment-pixels`), so a
 consumer starts on the first columns of a row before its producers finished it.
 A fed node keeps every input row it reads in local memory when they fit in RING_BYTES (else a ring
 of kernel-height rows); a producer keeps up to OUT_BYTES of output rows waiting to be sent.
@@ -58,7 +59,7 @@ from typing import ClassVar
 import numpy as np
 
 from raptor.arch import Arch
-from raptor.options import ROW_SEGMENTS
+from raptor.options import ROW_SEGMENT_PIXELS, ROW_SEGMENTS
 from raptor.spatial.geometry import lines_geometry, lines_rows
 from raptor.spatial.ir import BufferRole, ComputeNode, Layer, LayerKind, NodeKind, SpatialGraph
 
@@ -149,6 +150,7 @@ class NocPlan:
     element_bytes: int = 2
     local_bytes: int = 1 << 20  # a core's local memory
     segments: int = ROW_SEGMENTS  # row segments per output row (message_order.row_segments)
+    segment_pixels: int = ROW_SEGMENT_PIXELS  # the fewest pixels of a row segment
     # persistent per-core NoC buffers at the top of local memory (`_layout`): a fed node's input
     # rows and a producer's output rows outlive the node, so a core can receive rows for a later
     # node and send rows of an earlier one; node scratch gets the memory below `persist`
@@ -350,13 +352,19 @@ def plan_noc(
     element_bytes: int,
     local_bytes: int = 1 << 20,
     segments: int = ROW_SEGMENTS,
+    segment_pixels: int = ROW_SEGMENT_PIXELS,
 ) -> NocPlan:
     """Choose the fed consumer units of `sg` (module docstring); needs cores assigned; nodes
-    stream their rows in up to `segments` segments."""
+    stream their rows in up to `segments` segments of at least `segment_pixels` pixels."""
     by_layer: dict[int, list[ComputeNode]] = {}
     for n in sg.nodes:
         by_layer.setdefault(n.layer, []).append(n)
-    plan = NocPlan(element_bytes=element_bytes, local_bytes=local_bytes, segments=segments)
+    plan = NocPlan(
+        element_bytes=element_bytes,
+        local_bytes=local_bytes,
+        segments=segments,
+        segment_pixels=segment_pixels,
+    )
     for ci, srcs in noc_edges(sg).items():
         lc = sg.layers[ci]
         plan.sources[ci] = srcs
@@ -684,9 +692,10 @@ class NocDataflowPass:
 
     name: ClassVar[str] = "noc-dataflow"
     segments: int = ROW_SEGMENTS
+    segment_pixels: int = ROW_SEGMENT_PIXELS
 
     def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
         out = replace(sg)
         mem = arch.core.local_memory.memory_size
-        out.noc = plan_noc(sg, arch.element_bytes, mem, self.segments)
+        out.noc = plan_noc(sg, arch.element_bytes, mem, self.segments, self.segment_pixels)
         return out

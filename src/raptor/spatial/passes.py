@@ -55,7 +55,9 @@ def spatial_passes(opts: CompileOptions) -> list[SpatialPass]:
         chunks = noc and not opts.disable_pixel_chunks
         passes.append(SpatialPlanningPass(latency=True, noc=noc, span_share=share, chunks=chunks))
     if not opts.disable_noc_dataflow:
-        passes.append(NocDataflowPass(segments=opts.row_segments))
+        passes.append(
+            NocDataflowPass(segments=opts.row_segments, segment_pixels=opts.row_segment_pixels)
+        )
     return passes
 
 
