@@ -163,7 +163,7 @@ def test_compiler_places_planned_programs_only(tmp_path):
     assert ("mesh-placement", False) in pass_list(CompileOptions())
 
 
-def test_cli_option(tmp_path):
+def test_cli_option(tmp_path, capsys):
     from raptor.cli import main
 
     path = tmp_path / "m.onnx"
@@ -174,3 +174,16 @@ def test_cli_option(tmp_path):
     target = json.loads((out / "pim" / "target.json").read_text())
     assert target["options"]["disable_mesh_placement"] is True
     assert json.loads((out / "compile_report.json").read_text())["mesh_placement"] is None
+    capsys.readouterr()
+    assert main(["inspect", str(out)]) == 0
+    assert "mesh placement" not in capsys.readouterr().out
+    placed = tmp_path / "p"
+    assert main(["compile", str(path), "--arch", "arch-a", "--out", str(placed)]) == 0
+    mp = json.loads((placed / "compile_report.json").read_text())["mesh_placement"]
+    capsys.readouterr()
+    assert main(["inspect", str(placed)]) == 0
+    want = (
+        f"mesh placement flits {mp['flit_latency_ns_before']:.1f} -> {mp['flit_latency_ns']:.1f} "
+        "ns each on average"
+    )
+    assert want in capsys.readouterr().out

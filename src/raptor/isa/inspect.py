@@ -82,6 +82,7 @@ def _plan_summary(report_path: Path) -> dict[str, Any] | None:
         "mvm_instructions_min": (rep.get("bounds") or {}).get("mvm_instructions_min"),
         "mvm_vs_machine_min": rep.get("mvm_vs_machine_min"),
         "remainder_packs": rep.get("remainder_packs") or {},
+        "mesh_placement": rep.get("mesh_placement"),
     }
 
 
@@ -137,6 +138,13 @@ def format_summary(s: dict[str, Any]) -> str:
             f"packed tiles   {len(packs)} layers' short last row tiles serve "
             f"{'/'.join(map(str, ks))} pixels per mvmul ({', '.join(list(packs)[:3])}"
             + (", ...)" if len(packs) > 3 else ")")
+        )
+    mp = plan.get("mesh_placement") if plan else None
+    if mp:
+        lines.append(
+            f"mesh placement flits {mp['flit_latency_ns_before']:.1f} -> {mp['flit_latency_ns']:.1f} ns "
+            f"each on average, switches busy {mp['switch_busy_ns_before'] / 1e6:.2f} -> "
+            f"{mp['switch_busy_ns'] / 1e6:.2f} ms in all (cores renumbered by traffic)"
         )
     lines.append("by opcode:")
     width = max((len(k) for k in s["by_opcode"]), default=4)
