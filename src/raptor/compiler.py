@@ -75,9 +75,7 @@ def pass_list(opts: CompileOptions) -> list[tuple[str, bool]]:
         loop.append("noc-message-order")
     loop += ["verify-spatial", "pim-codegen", "verify-pim", "deadlock-check"]
     once = ["frontend", "build-spatial", *(p.name for p in spatial_passes(opts))]
-    last = (
-        [] if opts.disable_spatial_planning or opts.disable_mesh_placement else ["mesh-placement"]
-    )
+    last = ["mesh-placement"] if opts.places_cores else []
     last += ["finalists"] if opts.mode == "latency" else []  # (runs when a plan has a runner-up)
     last.append("estimates")
     return [(n, False) for n in once] + [(n, True) for n in loop] + [(n, False) for n in last]
@@ -176,7 +174,7 @@ def _program(arch: Arch, planned, first, opts: CompileOptions, timed: PassTimer)
             raise PassFailedError(failure)
     else:
         raise PassFailedError(f"{failure} (after {MAX_NOC_ROUNDS} rounds of demotion)")
-    if not (opts.disable_spatial_planning or opts.disable_mesh_placement):
+    if opts.places_cores:
         from raptor.pim.placement import place_cores
 
         prog, sg, stats["mesh_placement"] = timed("mesh-placement", place_cores, arch, prog, sg)

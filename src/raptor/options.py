@@ -141,6 +141,12 @@ class CompileOptions:
     compiler: str = "raptor"
     replication: str = "balance"  # pimcomp only: balance | W0H0 | uniform
 
+    @property
+    def places_cores(self) -> bool:
+        """Raptor renumbers the compiled program's cores by traffic (raptor.pim.placement):
+        planned compiles, unless --pim-disable-mesh-placement."""
+        return not (self.disable_spatial_planning or self.disable_mesh_placement)
+
     def __post_init__(self) -> None:
         from raptor.errors import RaptorError
 

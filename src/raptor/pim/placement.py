@@ -99,9 +99,9 @@ def best_permutation(t: np.ndarray, g: np.ndarray, lat: np.ndarray, glat: np.nda
         for a in range(n):
             delta = ((w[a][None, :] - w) * (m - m[a][None, :])).sum(1) + 2.0 * w[a] * m[a]
             delta += (g[a] - g) * (glat[p] - glat[p[a]])
-            delta[a] = 0.0
+            delta[a] = 0.0  # so the argmin is another core whenever a swap cuts the cost
             b = int(np.argmin(delta))
-            if delta[b] >= -1e-6 * max(1.0, abs(float(delta[b]))) or b == a:
+            if delta[b] >= -1e-6 * max(1.0, abs(float(delta[b]))):
                 continue
             p[[a, b]] = p[[b, a]]
             m[[a, b]] = m[[b, a]]
