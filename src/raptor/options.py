@@ -25,7 +25,7 @@ ROW_SEGMENT_PIXELS = 1
 # looks better than it runs: resnet18 arch-b, estimates 11.60 vs 11.89 ms, simulated 14.59 vs
 # 13.71 ms. Measured on the 8 default latency cases: 4 of them have a runner-up within 5 %; the
 # second finalist simulates faster on resnet18 arch-b, the third on resnet34 arch-b (30.16 ->
-# 29.90 ms); 6 finalists within 10 % found nothing more.
+# 29.90 ms); 6 finalists within 10 % found nothing more, nor did 5 within 15 % (stop 43).
 FINALISTS = 3
 FINALIST_MARGIN = 0.05
 
