@@ -98,3 +98,45 @@ def test_a_wait_nobody_syncs_gets_the_order_stuck(monkeypatch):
     cores = {n.core for n in sg.nodes}
     assert e.value.pairs and all(p in cores and d in cores for p, d in e.value.pairs)
     assert any(first.core in pair for pair in e.value.pairs)
+
+
+def test_one_flit_latency_for_every_pair(monkeypatch):
+    """`flit_ns` replaces the mesh's link latencies in the estimate: free links end no later than
+    the mesh's, slow links later, and every message is still exchanged once."""
+    arch = load_arch("arch-a")
+    _, sg, comm = _ordered_graph(
+        monkeypatch, build_model("vgg8", input_size=16), arch, CompileOptions()
+    )
+    mesh = sg.noc.estimated_ns
+
+    def sizes(c):
+        return sorted(int(m["size"]) for msgs in c.values() for m in msgs)
+
+    free = message_order.order_messages(arch, sg, 0.0)
+    assert sg.noc.estimated_ns <= mesh and sizes(free) == sizes(comm)
+    slow = message_order.order_messages(arch, sg, 1000.0)
+    assert sg.noc.estimated_ns > mesh and sizes(slow) == sizes(comm)
+
+
+def test_unshared_puts_every_unit_on_its_own_core(monkeypatch):
+    """benchmarks/unshared.py: every replica's row group (with its pixel chunks) and every vector
+    node on a core of its own, a NoC plan for those cores, and an estimate on one flit latency."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("unshared", root / "benchmarks" / "unshared.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    arch = load_arch("arch-a")
+    _, sg, _ = _ordered_graph(
+        monkeypatch, build_model("vgg8", input_size=16), arch, CompileOptions()
+    )
+    alone, units = mod.unshared(arch, sg)
+    by_core = alone.nodes_by_core()
+    assert len(by_core) == units > len(sg.nodes_by_core())
+    for nodes in by_core.values():  # one unit per core: a row group's chunks, or one vector node
+        assert len({(n.layer, n.replica, n.row_group, n.c0, n.r0) for n in nodes}) == 1
+    flit = mod.mean_flit_ns(arch)
+    assert arch.noc.base_latency_ns < flit < arch.noc.base_latency_ns + 26 * arch.noc.hop_latency_ns
+    message_order.order_messages(arch, alone, flit)
+    assert alone.noc.estimated_ns > 0

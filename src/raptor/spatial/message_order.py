@@ -186,7 +186,7 @@ def _runs(mask: int) -> list[tuple[int, int]]:
     return out
 
 
-def order_messages(arch: Arch, sg: SpatialGraph) -> MessageSlots:
+def order_messages(arch: Arch, sg: SpatialGraph, flit_ns: float | None = None) -> MessageSlots:
     """Place every NoC message of `sg` (after synchronization) between the steps of its sender and
     receiver: returns the messages of each (node id, slot k), slot k lying after the node's step
     k - 1 (slot 0 after its prologue), in the order the node's core issues them.
@@ -200,7 +200,10 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> MessageSlots:
     the earliest runs first. Every core's program lists its events in the order of
     that sequence, so the sequence is a global order all programs respect, and the programs
     cannot deadlock (module docstring); following estimated times keeps a core's recvs in the
-    order its producers deliver. Raises OrderStuck when the execution stops early."""
+    order its producers deliver. Raises OrderStuck when the execution stops early.
+
+    `flit_ns`: one per-flit link latency for every core pair instead of the mesh's (what-if
+    studies whose cores are not the chip's: benchmarks/unshared.py); programs use the mesh's."""
     from raptor.spatial.cost import lane_table
 
     plan: NocPlan = sg.noc
@@ -266,7 +269,7 @@ def order_messages(arch: Arch, sg: SpatialGraph) -> MessageSlots:
             trees.setdefault(unit_of(n), []).append(n)
     tb, templates, nodes, cores = _tables(
         arch, sg, by_core, steps, lane, need_cols, have, keys, spans, want, prev_in_slot,
-        last_use, trees,
+        last_use, trees, flit_ns,
     )  # fmt: skip
     cap = 16 * (tb.s_oy.size + tb.t_dest.size) + 1024
     while True:
@@ -349,11 +352,12 @@ class _Spans(dict):
 
 def _tables(
     arch: Arch, sg: SpatialGraph, by_core, steps, lane, need_cols, have, keys, spans, want,
-    prev_in_slot, last_use, trees,
+    prev_in_slot, last_use, trees, flit_ns=None,
 ):  # fmt: skip
     """The flat tables of message_order_kernel for one order, the message templates (producer,
     fed node, row, x0, x1, source index, source) and the nodes and cores the indices stand for.
-    `keys` numbers the keys of `have` in order and gets the keys only messages deliver."""
+    `keys` numbers the keys of `have` in order and gets the keys only messages deliver;
+    `flit_ns` (order_messages) replaces every pair's link latency."""
     from raptor.arch.timing import flits, link_costs
 
     plan: NocPlan = sg.noc
@@ -488,7 +492,8 @@ def _tables(
     latm = np.zeros((len(cores), len(cores)), np.float64)
     if lat:
         ps, ds = np.array(sorted(lat), np.int64).T
-        latm[[cix[p] for p in ps], [cix[d] for d in ds]] = link_costs(arch, ps, ds)[0]
+        per_flit = link_costs(arch, ps, ds)[0] if flit_ns is None else flit_ns
+        latm[[cix[p] for p in ps], [cix[d] for d in ds]] = per_flit
     wp, wev, wcnt = wait_rows.arrays()
     yp, ycore, yev = sync_rows.arrays()
     np_, nkey, na, nb = need_rows.arrays()
