@@ -27,9 +27,10 @@ def layer_rows(
 ) -> list[dict[str, Any]]:
     """One row per layer in program order. Measured figures are per inference (throughput mode:
     totals over the run / pipeline): busy_max_node_ns is the largest busy time (matrix + vector +
-    transfer) of one of the layer's compute nodes, the measured counterpart of the planner's
-    estimate (its slowest node); busy_max_core_ns is the same summed per core (a core may hold
-    several of the layer's nodes), what bounds a pipeline; busy_ns and stall_ns sum over its
+    transfer) of one of the layer's compute nodes (each pixel chunk of a replica is a node), the
+    measured counterpart of the planner's estimate (its slowest node); busy_max_core_ns is the
+    same summed per core (a core holds every chunk of a replica's row group and may hold more of
+    the layer's nodes), what bounds a pipeline; busy_ns and stall_ns sum over its
     cores; start_ns/end_ns bound its matrix and vector slices (over all rounds), when it
     computes; path_ns is its time on the run's critical path (raptor.sim.critical_path), and
     path that time by category (None for both when the trace has more than one track per
@@ -133,8 +134,9 @@ def format_layer_rows(
         )
     lines.append(
         "per inference; est.: the planner's estimate of the layer's slowest node; busy/node: the "
-        "largest busy time (matrix + vector + transfer) measured on one of its nodes; busy/core: "
-        "the same summed per core (a core can hold several nodes); busy, stall: over all its "
+        "largest busy time (matrix + vector + transfer) measured on one of its nodes (each pixel "
+        "chunk of a replica is a node of its own); busy/core: the same summed per core (a core "
+        "holds all chunks of a replica's row group, and can hold several); busy, stall: over all its "
         "cores; path: time on the critical path (the chain of work that set the run's end); "
         "runs from..to: first and last matrix/vector slice (over all rounds)"
     )
