@@ -109,6 +109,7 @@ def compile_options(args: argparse.Namespace) -> CompileOptions:
         disable_sibling_merge=args.pim_disable_sibling_merge,
         disable_line_buffer=args.pim_disable_line_buffer,
         disable_pixel_chunks=args.pim_disable_pixel_chunks,
+        disable_row_chunks=args.pim_disable_row_chunks,
         disable_window_packing=args.pim_disable_window_packing,
         disable_mesh_placement=args.pim_disable_mesh_placement,
         row_segments=args.pim_row_segments,
@@ -407,6 +408,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Raptor: one contiguous pixel range per replica; by default the planner also tries "
         "interleaved pixel chunks and keeps the plan with the shorter estimated schedule "
+        "(default: off)",
+    )
+    cp.add_argument(
+        "--pim-disable-row-chunks",
+        action="store_true",
+        help="Raptor: pixel chunks only as near-equal pixel ranges; by default the planner also "
+        "tries chunks of whole output rows for the layers whose replicas get two rows or more "
         "(default: off)",
     )
     cp.add_argument(

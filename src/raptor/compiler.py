@@ -206,9 +206,12 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     With the NoC dataflow, the compiler compares candidate plans by their message order (an
     execution on estimated times, before synchronization: the choice does not depend on
     `--pim-disable-synchronization`) and keeps the one that ends first. With pixel chunks on
-    (spatial/planning.py), the planning and NoC passes run with contiguous ranges per replica and
-    with chunks; chunks must be strictly better, and a plan in which no layer gets more than one
-    chunk is the contiguous plan, which then runs alone. Unless window packing is disabled, the
+    (spatial/planning.py), the planning and NoC passes run with contiguous ranges per replica,
+    with row chunks (the chunks of the layers whose replicas get two output rows or more are
+    whole rows, planning.choose_row_chunks; not with `--pim-disable-row-chunks`) and with pixel
+    chunks; chunks must be strictly better, a plan in which no layer gets more than one chunk is
+    the contiguous plan, which then runs alone, and one in which no layer is cut into rows is the
+    pixel-chunk plan. Unless window packing is disabled, the
     chunked variant is then repacked (`_repack`), and so is the contiguous one when its estimate
     before repacking is no worse than the chunked one's: on the 16 default cases a repacked
     contiguous plan never won otherwise (it was 4-63 % behind the repacked chunks), and its
@@ -218,11 +221,11 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     crossbars in `opts.crossbar_shares`; for each further share (in latency mode by default
     raptor.options.CROSSBAR_SHARES_LATENCY, fewer replicas) and each of `opts.fill_shares` (the
     rest of the crossbars then buying replicas of the slowest layer; FILL_SHARES), the
-    variant that won (chunks or not) is planned and repacked again, and kept only when it ends
-    strictly first. All that runs with the first row-group size in
+    variant that won is planned and repacked again (if it has chunks, with both kinds of chunks),
+    and kept only when it ends strictly first. All that runs with the first row-group size in
     `opts.small_layer_group_tiles` for the layers of at most raptor.options.SMALL_LAYER_PIXELS
     output pixels; each further size (a tiling that changes no layer's row groups is skipped)
-    plans every replication again but only with the winner's choice of chunks, and must end
+    plans every replication again but only with the winner's kind of chunks, and must end
     strictly first; so does each further pack size in `opts.pack_pixels` (with the first
     row-group size; a size that packs no layer differently is skipped); the finalists come from
     all of them. With a `memo` (spatial/plan_memo.py)
@@ -257,6 +260,7 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
         sg.notes.plan_estimates_ns.update(recipe.estimates)
         changes = {
             "chunks": recipe.chunks,
+            "row_chunks": recipe.row_chunks,
             "windows": recipe.windows,
             "crossbar_share": recipe.crossbar_share,
             "fill_slowest": recipe.fill_slowest,
@@ -274,7 +278,7 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
         if groups is not None and shape in groups:
             continue  # no layer changes its row groups or packs: the same plans
         groups = (groups or []) + [shape]
-        chunks = None if best is None else best.chunks
+        chunks = None if best is None else (best.chunks, best.row_chunks)
         tag = (small, 0 if pack == pack0 else pack)
         found, more = _search(arch, sg, passes, at, opts, tag, timed, chunks)
         estimates.update(sg.notes.plan_estimates_ns)
@@ -304,6 +308,7 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
                 c.small_tiles,
                 c.label,
                 c.pack,
+                c.row_chunks,
             ),
         )
         for c in finals
@@ -332,11 +337,14 @@ def _search(
     opts: CompileOptions,
     tag: tuple[int, int],
     timed: PassTimer,
-    chunks_only: bool | None = None,
+    chunks_only: tuple[bool, bool] | None = None,
 ):
     """The candidate plans of one tiling (`_plan`): (the one whose estimate ends first, None when
-    `chunks_only` left no candidate; every candidate). `chunks_only`: plan only with (True) or
-    without (False) pixel chunks, as the first tiling's winner, instead of trying both."""
+    `chunks_only` left no candidate; every candidate). The variants: contiguous ranges, row
+    chunks (not with `--pim-disable-row-chunks`) and pixel chunks, the later replications only
+    those of the first one's winner (contiguous ranges, or both kinds of chunks); `chunks_only`:
+    only this (pixel chunks, row chunks), the first tiling's winner (trying both kinds of chunks
+    in every tiling measured the same on the 8 latency cases, googlenet's compiles 36-42 -> 50 s)."""
     pipelined = opts.mode == "throughput"
     replications = [(x, False) for x in opts.crossbar_shares]
     replications += [(x, True) for x in opts.fill_shares]
@@ -347,19 +355,29 @@ def _search(
     for k, (share, fill) in enumerate(replications):
         if best is None and k:
             break  # every candidate's order got stuck
-        variants = (True, False) if passes[at].chunks else (False,)
+        variants = [(False, False)]
+        if passes[at].chunks:
+            variants[:0] = (
+                [(True, False)] if opts.disable_row_chunks else [(True, False), (True, True)]
+            )
         if chunks_only is not None:
-            variants = (chunks_only,)
-        for chunks in variants if k == 0 else (best.chunks,):
-            how = {"chunks": chunks, "crossbar_share": share, "fill_slowest": fill}
+            variants = [chunks_only]
+        for chunks, rows in variants if k == 0 else [v for v in variants if v[0] == best.chunks]:
+            how = {
+                "chunks": chunks,
+                "row_chunks": rows,
+                "crossbar_share": share,
+                "fill_slowest": fill,
+            }
             planned = _planned(arch, sg, passes, at, timed, **how)
             if chunks and not any(n.chunk for n in planned.nodes):
                 continue  # no layer to interleave: the same plan as contiguous ranges
             if planned.nodes in tried:
-                continue  # another replication bought the same replicas: the same plan
+                continue  # the same plan as another candidate's (no layer cut into rows, or
+                # another replication bought the same replicas)
             tried.append(planned.nodes)
             est, first = _trial(arch, planned, timed)
-            label = _label(chunks, share, fill, *tag)
+            label = _label(chunks, share, fill, *tag, rows=rows)
             sg.notes.plan_estimates_ns[label] = est
             span = _core_span_ns(first)
             cand = _Candidate(est, span, planned, first, None, label, **how, tag=tag)
@@ -368,7 +386,7 @@ def _search(
             if best is None or est < best.est or (est == best.est and not chunks and k == 0):
                 best = cand
             if chunks and k == 0:
-                chunked_est = est
+                chunked_est = min(chunked_est, est)
             if opts.disable_window_packing or (not chunks and est > chunked_est):
                 continue  # contiguous ranges are repacked only when they planned no worse than chunks
             for cand in _repack(arch, sg, passes, at, how, first, timed, tag):
@@ -378,13 +396,17 @@ def _search(
     return best, cands
 
 
-def _label(chunks: bool, share: float, fill: bool, small: int = 0, pack: int = 0) -> str:
-    """A candidate plan's name in plan_estimates_ns: "chunked" or "contiguous", "@share" when its
+def _label(
+    chunks: bool, share: float, fill: bool, small: int = 0, pack: int = 0, rows: bool = False
+) -> str:
+    """A candidate plan's name in plan_estimates_ns: "chunked", "rows" (pixel chunks, those of
+    the layers with rows enough whole output rows) or "contiguous", "@share" when its
     replication could buy only that share of the crossbars by time cut, "+fill" when the rest then
     bought replicas of the slowest layer, "/small<N>" when the layers of few pixels were cut into
     row groups of N tiles, "/pack<K>" when remainder tiles were packed K pixels at a time instead
     of the first of `pack_pixels`."""
-    name = ("chunked" if chunks else "contiguous") + ("" if share == 1.0 else f"@{share:g}")
+    kind = ("rows" if rows else "chunked") if chunks else "contiguous"
+    name = kind + ("" if share == 1.0 else f"@{share:g}")
     name += ("+fill" if fill else "") + (f"/small{small}" if small else "")
     return name + (f"/pack{pack}" if pack else "")
 
@@ -412,6 +434,7 @@ class _Candidate(NamedTuple):
     windows: dict[int, tuple[float, float]] | None
     label: str
     chunks: bool
+    row_chunks: bool
     crossbar_share: float
     fill_slowest: bool
     tag: tuple[int, int] = (0, 0)  # (small-layer row-group tiles, pack pixels; 0: the first)
@@ -498,7 +521,9 @@ def _repack(
     branches, a pool beside its sibling convolution) stop sharing cores and waiting for each
     other. `how`: the planning fields of the variant (chunks, crossbar share, fill). Returns the
     `_Candidate` of every round that shortened the estimate."""
-    label = _label(how["chunks"], how["crossbar_share"], how["fill_slowest"], *tag)
+    label = _label(
+        how["chunks"], how["crossbar_share"], how["fill_slowest"], *tag, rows=how["row_chunks"]
+    )
     out = []
     if first is None:  # the variant's order got stuck: no estimated execution to take windows from
         return out
@@ -549,6 +574,19 @@ def _pixel_chunks(sg) -> dict[str, int]:
         if n.chunk:
             name = sg.layers[n.layer].name
             out[name] = max(out.get(name, 1), n.chunk + 1)
+    return out
+
+
+def _row_chunks(sg) -> list[str]:
+    """The chunked layers whose chunks are whole output rows (spatial/planning.py
+    choose_row_chunks)."""
+    chunked = _pixel_chunks(sg)
+    out = []
+    for ly in sg.layers:
+        if ly.name in chunked:
+            w = ly.output.width
+            if all(n.p0 % w == 0 and n.p1 - n.p0 == w for n in sg.nodes if n.layer == ly.index):
+                out.append(ly.name)
     return out
 
 
@@ -628,6 +666,7 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "crossbar_share": sg.crossbar_share,
         "crossbar_fill": sg.crossbar_fill,
         "pixel_chunks": _pixel_chunks(sg),
+        "row_chunks": _row_chunks(sg),
         "layer_cores": _layer_cores(sg),
         "depthwise_packing": _depthwise_report(arch, sg),
         # pixels one mvmul of each packed layer's short last row tile serves (spatial/tiling.py)

@@ -113,6 +113,9 @@ class CompileOptions:
     disable_sibling_merge: bool = False  # Raptor: no sibling-GEMM merging (spatial/sibling.py)
     disable_line_buffer: bool = False  # Raptor: line buffers only where the NoC dataflow needs them
     disable_pixel_chunks: bool = False  # Raptor: one contiguous pixel range per replica
+    # Raptor: pixel chunks only as near-equal pixel ranges, never whole output rows
+    # (spatial/planning.py choose_row_chunks)
+    disable_row_chunks: bool = False
     disable_window_packing: bool = False  # Raptor: pack cores by total load only (no repacking)
     # Raptor: keep the planner's snake numbering of the cores (no traffic placement, pim/placement.py)
     disable_mesh_placement: bool = False

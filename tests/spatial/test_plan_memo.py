@@ -78,11 +78,12 @@ def test_the_key_leaves_out_synchronization_only(tmp_path):
         CompileOptions(mode="throughput", pipeline=2),
         CompileOptions(disable_window_packing=True),
         CompileOptions(disable_pixel_chunks=True),
+        CompileOptions(disable_row_chunks=True),
     ]
     keys |= {plan_memo(model, ARCH, o).path.name for o in others}
     keys.add(plan_memo(model, load_arch("arch-a"), CompileOptions()).path.name)
     keys.add(plan_memo(CachedModel(model.path, model.cache_dir, "code-v2"), ARCH, CompileOptions()).path.name)  # fmt: skip
-    assert len(keys) == 6
+    assert len(keys) == 7
     assert plan_memo(model.path, ARCH, CompileOptions()) is None  # no frontend cache, no memo
 
 
@@ -93,6 +94,9 @@ def test_recipe_round_trip_and_unreadable_memo(tmp_path):
     memo = PlanMemo(tmp_path / "plans" / "k.json")
     memo.put(r)
     assert memo.get() == r  # floats and layer keys come back exactly
+    rows = PlanRecipe(True, None, est, 0.9, False, 0, "rows@0.9_repacked3", 0, True)
+    memo.put(rows)
+    assert memo.get() == rows and memo.get().row_chunks
     memo.path.write_text("{not json")
     assert memo.get() is None
     memo.path.write_text(json.dumps({**r.to_json(), "format": 0}))

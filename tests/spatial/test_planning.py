@@ -75,6 +75,26 @@ def test_pixel_chunks_are_dealt_round_robin_and_share_their_replicas_crossbars()
     assert all(n.core == core[n.replica, n.c0, n.row_group] for n in placed)
 
 
+def test_row_chunks_deal_whole_output_rows_round_robin():
+    """The same conv with 3 replicas cut into row chunks: its 16 output rows of 16 pixels go to
+    replica y % 3 as chunk y // 3 (replica 0 gets rows 0, 3, ..., 15: six rows, the others
+    five), chunk 0 carries the crossbars. choose_row_chunks takes a chunked layer only when
+    every replica gets at least ROW_CHUNK_MIN_ROWS rows: 3 or 8 replicas of 16 rows, not 9, and
+    never a layer of one chunk."""
+    from raptor.spatial.planning import ROW_CHUNK_MIN_ROWS, choose_row_chunks
+    from raptor.spatial.tiling import make_nodes
+
+    arch, sg = _tiled(toy_convnet(hw=16))
+    gemm = next(ly.index for ly in sg.layers if ly.kind.name == "GEMM" and ly.out_pixels == 256)
+    nodes = [n for n in make_nodes(sg, arch, {gemm: 3}, {}, {gemm: 2}, frozenset({gemm}))]
+    heads = sorted({(n.p0, n.p1, n.replica, n.chunk) for n in nodes if n.layer == gemm})
+    assert heads == sorted((16 * y, 16 * y + 16, y % 3, y // 3) for y in range(16))
+    assert all((n.crossbars > 0) == (n.chunk == 0) for n in nodes if n.layer == gemm)
+    assert ROW_CHUNK_MIN_ROWS == 2
+    for reps, chunks, taken in ((3, 2, True), (8, 2, True), (9, 2, False), (3, 1, False)):
+        assert (gemm in choose_row_chunks(sg, {gemm: reps}, {gemm: chunks})) == taken
+
+
 def test_window_packing_keeps_concurrent_layers_on_different_cores():
     """Two cores, two 4-crossbar conv nodes that each fill half a core: layer 0 computes during
     [0, 10) us, layer 2 during [20, 30) us, and a pool node (layer 1, no crossbars) runs during

@@ -4,7 +4,8 @@ planning options takes it instead of comparing candidate plans again.
 With the NoC dataflow the compiler (raptor.compiler._plan) runs the planning pass several times
 (pixel chunks or contiguous ranges, then window-packing rounds) and orders the messages of every
 candidate, an execution on estimated times; that comparison is most of a compile. What it
-decides is a `PlanRecipe`: whether the winning plan has pixel chunks, the layer windows its
+decides is a `PlanRecipe`: whether the winning plan has pixel chunks (and whether those of the
+layers with rows enough are whole output rows), the layer windows its
 placement packed by (None: packed by total load), the share of the crossbars its replication
 bought (and whether the rest then bought replicas of the slowest layer), the row-group size of
 its layers of few pixels (raptor.options.SMALL_LAYER_PIXELS), and the estimate of
@@ -38,7 +39,7 @@ from raptor.arch import Arch
 from raptor.options import CompileOptions
 
 MEMO_DIR = "plans"
-FORMAT = 5
+FORMAT = 6
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class PlanRecipe:
     small_tiles: int = 0  # row tiles per group of the layers of few pixels (0: as the others)
     label: str = ""  # the plan's name in `estimates` (the compile report's `plan_kept`)
     pack: int = 0  # pixels per remainder mvmul (0: the first of the options' pack_pixels)
+    row_chunks: bool = False  # the chunks of the layers with rows enough are whole output rows
 
     def to_json(self) -> dict:
         windows = None
@@ -68,6 +70,7 @@ class PlanRecipe:
             "small_tiles": self.small_tiles,
             "label": self.label,
             "pack": self.pack,
+            "row_chunks": self.row_chunks,
         }
 
     @staticmethod
@@ -79,7 +82,10 @@ class PlanRecipe:
         estimates = {str(k): float(v) for k, v in d["estimates"].items()}
         share, fill = float(d["crossbar_share"]), bool(d["fill_slowest"])
         small, label, pack = int(d["small_tiles"]), str(d["label"]), int(d["pack"])
-        return PlanRecipe(bool(d["chunks"]), windows, estimates, share, fill, small, label, pack)
+        rows = bool(d["row_chunks"])
+        return PlanRecipe(
+            bool(d["chunks"]), windows, estimates, share, fill, small, label, pack, rows
+        )
 
 
 @dataclass(frozen=True)

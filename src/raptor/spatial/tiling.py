@@ -134,6 +134,7 @@ def make_nodes(
     replicas: dict[int, int],
     splits: dict[int, int],
     chunks: dict[int, int] | None = None,
+    rows: frozenset[int] = frozenset(),
 ) -> list[ComputeNode]:
     """Nodes of every layer: GEMM layers get `replicas[i]` copies of their slices; vector layers
     are split into `splits[i]` pixel ranges.
@@ -143,8 +144,12 @@ def make_nodes(
     ranges). With one chunk a replica owns one contiguous range; with several, every replica
     works near the top of the image at first and all of them move down together, so a consumer
     layer gets its first rows early instead of after the replica that holds them finished its
-    whole range. Chunk 0 carries the replica's crossbars; the other chunks run on its core on the
-    same array groups."""
+    whole range. The layers in `rows` are cut into their output rows instead (row y goes to
+    replica y mod R; planning.choose_row_chunks): the replicas of a wave then all start at the
+    left edge, so the pixel a consumer's window needs from the row below its own is computed at
+    the same time as the consumer's, not at the end of a range that began mid-row. Chunk 0
+    carries the replica's crossbars; the other chunks run on its core on the same array
+    groups."""
     chunks = chunks or {}
     nodes: list[ComputeNode] = []
     for layer in sg.layers:
@@ -152,7 +157,11 @@ def make_nodes(
         if layer.kind == LayerKind.GEMM:
             _, slices = gemm_slices(arch, layer.rows, layer.cols, layer.row_groups, layer.pack)
             reps = max(1, min(replicas.get(i, 1), layer.out_pixels))
-            ranges = split_range(layer.out_pixels, reps * chunks.get(i, 1))
+            if i in rows:
+                w = layer.output.width
+                ranges = [(y * w, (y + 1) * w) for y in range(layer.output.height)]
+            else:
+                ranges = split_range(layer.out_pixels, reps * chunks.get(i, 1))
             for j, (p0, p1) in enumerate(ranges):
                 rep, chunk = j % reps, j // reps
                 for s in slices:
