@@ -157,11 +157,8 @@ def make_nodes(
         if layer.kind == LayerKind.GEMM:
             _, slices = gemm_slices(arch, layer.rows, layer.cols, layer.row_groups, layer.pack)
             reps = max(1, min(replicas.get(i, 1), layer.out_pixels))
-            if i in rows:
-                w = layer.output.width
-                ranges = [(y * w, (y + 1) * w) for y in range(layer.output.height)]
-            else:
-                ranges = split_range(layer.out_pixels, reps * chunks.get(i, 1))
+            parts = layer.output.height if i in rows else reps * chunks.get(i, 1)
+            ranges = split_range(layer.out_pixels, parts)
             for j, (p0, p1) in enumerate(ranges):
                 rep, chunk = j % reps, j // reps
                 for s in slices:
