@@ -164,7 +164,9 @@ def test_pack_sizes_compete_as_tilings(tmp_path, monkeypatch):
     one = compile_model(model, ARCH, CompileOptions(mode="throughput", pipeline=2, pack_pixels=2))
     est = both.report["plan_estimates_ns"]
     six = {k: v for k, v in est.items() if k.endswith("/pack6") or "/pack6_" in k}
-    assert six and {k: v for k, v in est.items() if k not in six} == one.report["plan_estimates_ns"]
+    # (the delay rounds, compiler._delay_repack, repack whichever plan won, so they differ)
+    alike = lambda e: {k: v for k, v in e.items() if k not in six and "_delay" not in k}  # noqa: E731
+    assert six and alike(est) == alike(one.report["plan_estimates_ns"])
     assert both.report["plan_kept"] in est
     kept_six = "/pack6" in both.report["plan_kept"]
     assert set(both.report["remainder_packs"].values()) == ({6} if kept_six else {2})

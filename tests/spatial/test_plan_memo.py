@@ -97,6 +97,9 @@ def test_recipe_round_trip_and_unreadable_memo(tmp_path):
     rows = PlanRecipe(True, None, est, 0.9, False, 0, "rows@0.9_repacked3", 0, True)
     memo.put(rows)
     assert memo.get() == rows and memo.get().row_chunks
+    delay = PlanRecipe(True, windows, est, 0.9, False, 0, "rows@0.9_delay2", 0, True, True)
+    memo.put(delay)
+    assert memo.get() == delay and memo.get().order_delay
     memo.path.write_text("{not json")
     assert memo.get() is None
     memo.path.write_text(json.dumps({**r.to_json(), "format": 0}))
@@ -131,8 +134,9 @@ def test_the_chosen_plan_is_ordered_again_only_for_tokens(
 
 
 def test_a_repacking_round_that_places_alike_is_not_ordered(monkeypatch):
-    """toy_resnet 16: window packing places every node where the first plan did, so its round is
-    not ordered (the same placement runs the same execution) and records the same estimate."""
+    """toy_resnet 16: window packing places every node where the first plan did, by the load in
+    the windows and by layer-order delays alike (compiler._delay_repack), so neither round is
+    ordered (the same placement runs the same execution) and both record the same estimate."""
     from raptor.spatial import message_order
 
     calls = []
@@ -143,7 +147,8 @@ def test_a_repacking_round_that_places_alike_is_not_ordered(monkeypatch):
     # (the smaller crossbar shares buy the same replicas here; no fill share: one more plan)
     res = compiler.compile_model(toy_resnet(hw=16), ARCH, CompileOptions(fill_shares=()))
     est = res.report["plan_estimates_ns"]
-    assert est == {"contiguous": est["contiguous"], "contiguous_repacked1": est["contiguous"]}
+    same = est["contiguous"]
+    assert est == {"contiguous": same, "contiguous_repacked1": same, "contiguous_delay1": same}
     assert len(calls) == 1
 
 

@@ -95,19 +95,12 @@ def test_row_chunks_deal_whole_output_rows_round_robin():
         assert (gemm in choose_row_chunks(sg, {gemm: reps}, {gemm: chunks})) == taken
 
 
-def test_window_packing_keeps_concurrent_layers_on_different_cores():
-    """Two cores, two 4-crossbar conv nodes that each fill half a core: layer 0 computes during
-    [0, 10) us, layer 2 during [20, 30) us, and a pool node (layer 1, no crossbars) runs during
-    [0, 10) us beside layer 0. Total-load packing puts the pool on the least-loaded core, tied,
-    hence core 0 with layer 0, so the two would wait for each other; with the layers' time
-    windows the pool's window overlaps all of layer 0's 10 us on core 0 and none of layer 2's on
-    core 1, so it goes to core 1."""
+def _two_cores_conv_pool_conv():
+    """A two-core arch-tiny and three nodes: 4-crossbar convs of layers 0 and 2 (half a core
+    each) and a pool node of layer 1 between them."""
     from dataclasses import replace
 
-    import numpy as np
-
     from raptor.spatial.ir import ComputeNode, NodeKind
-    from raptor.spatial.merging import pack_balanced
 
     arch = replace(load_arch(str(ARCH_TINY)), cores_per_chip=2, core_layout=(1, 2))
     nodes = [
@@ -115,12 +108,53 @@ def test_window_packing_keeps_concurrent_layers_on_different_cores():
         ComputeNode(1, 1, NodeKind.VECTOR, 0, 16),
         ComputeNode(2, 2, NodeKind.MVM, 0, 16, 0, 32, 0, 128, crossbars=4),
     ]
+    return arch, nodes
+
+
+def test_window_packing_keeps_concurrent_layers_on_different_cores():
+    """Two cores, two 4-crossbar conv nodes that each fill half a core: layer 0 computes during
+    [0, 10) us, layer 2 during [20, 30) us, and a pool node (layer 1, no crossbars) runs during
+    [0, 10) us beside layer 0. Total-load packing puts the pool on the least-loaded core, tied,
+    hence core 0 with layer 0, so the two would wait for each other; with the layers' time
+    windows the pool's window overlaps all of layer 0's 10 us on core 0 and none of layer 2's on
+    core 1, so it goes to core 1."""
+    import numpy as np
+
+    from raptor.spatial.merging import pack_balanced
+
+    arch, nodes = _two_cores_conv_pool_conv()
     times = np.array([10e3, 1e3, 10e3])
     plain, load = pack_balanced(arch, nodes, times)
     assert [n.core for n in plain] == [0, 0, 1] and list(load) == [11e3, 10e3]
     windows = {0: (0.0, 10e3), 1: (0.0, 10e3), 2: (20e3, 30e3)}
     packed, load = pack_balanced(arch, nodes, times, windows=windows)
     assert [n.core for n in packed] == [0, 1, 1] and list(load) == [10e3, 11e3]
+
+
+def test_order_delay_packing_counts_what_layer_order_holds_back():
+    """Two cores: layer 0 (10 us during [0, 100) us) on core 0, layer 2 (1 us during [150, 300)
+    us) on core 1, then a pool node of layer 1 running during [90, 200) us. By the load within
+    its window the pool goes to core 1 (a third of layer 2's 1 us against a tenth of layer 0's
+    10 us), where, run before layer 2 in layer order, it would hold layer 2 back 50 us; by
+    layer-order delays it goes to core 0, where it waits 10 us for layer 0 to end."""
+    import numpy as np
+
+    from raptor.spatial.merging import _WindowLoad, pack_balanced
+
+    arch, nodes = _two_cores_conv_pool_conv()
+    times = np.array([10e3, 5e3, 1e3])
+    windows = {0: (0.0, 100e3), 1: (90e3, 200e3), 2: (150e3, 300e3)}
+    by_load, _ = pack_balanced(arch, nodes, times, windows=windows)
+    assert [n.core for n in by_load] == [0, 1, 1]
+    by_delay, _ = pack_balanced(arch, nodes, times, windows=windows, order_delay=True)
+    assert [n.core for n in by_delay] == [0, 0, 1]
+    w = _WindowLoad(windows, 2)
+    w.add(0, 0, 10e3)
+    w.add(1, 2, 1e3)
+    assert list(w.delay(1)) == [10e3, 50e3]
+    w.add(1, 1, 5e3)  # a node of the same layer runs wholly before or after: its time
+    assert list(w.delay(1)) == [10e3, 55e3]
+    assert list(_WindowLoad({}, 2).delay(1)) == [0.0, 0.0]  # no windows: nothing held back
 
 
 def test_fixed_nodes_keep_their_cores_and_the_rest_packs_around_them():

@@ -74,7 +74,9 @@ def test_the_small_layer_plans_compete_and_the_kept_one_is_the_fastest():
     est_both, est_one = both.report["plan_estimates_ns"], one.report["plan_estimates_ns"]
     small = {k: v for k, v in est_both.items() if "/small2" in k}
     assert small and not any("/small" in k for k in est_one)
-    assert {k: v for k, v in est_both.items() if k not in small} == est_one
+    # (the delay rounds, compiler._delay_repack, repack whichever plan won, so they differ)
+    alike = lambda e: {k: v for k, v in e.items() if k not in small and "_delay" not in k}  # noqa: E731
+    assert alike(est_both) == alike(est_one)
     firsts = {k.split("@")[0].split("/")[0].split("_")[0] for k in small}
     assert len(firsts) == 1  # one choice of chunks
     assert min(est_both.values()) <= min(est_one.values())

@@ -5,7 +5,9 @@ least-loaded core that still has the crossbars it needs. Given layer time window
 layer computes in an estimated execution of the program), "least loaded" counts only the load
 that overlaps the node's window: nodes of layers that run at the same time (the branches of an
 inception block, a pool and its sibling convolution) then go to different cores, while layers far
-apart in time share cores freely. `pack_plain` is the unplanned baseline:
+apart in time share cores freely; with `order_delay`, "least loaded" is instead how long the
+node and the nodes already on a core would hold each other back, a core running its nodes in
+layer order (raptor.compiler._delay_repack). `pack_plain` is the unplanned baseline:
 nodes in program order, first fit by crossbars (vector nodes stay on the current core). Both keep
 at most one node of a layer's row-group chains per core (ir.SpatialGraph.verify says why).
 """
@@ -39,6 +41,7 @@ def pack_balanced(
     span: int | None = None,
     windows: dict[int, tuple[float, float]] | None = None,
     fixed: dict[int, int] | None = None,
+    order_delay: bool = False,
 ) -> tuple[list[ComputeNode], np.ndarray]:
     """Balanced packing; returns the placed nodes (input order) and the estimated load per core (ns).
 
@@ -53,7 +56,7 @@ def pack_balanced(
     `windows` (layer -> (start, end) ns): a node goes to the core whose load within the node's
     layer window is least, each placed node counting as its time spread evenly over its own
     layer's window (ties: the least total load). A layer without a window counts as overlapping
-    every other.
+    every other. `order_delay`: by `_WindowLoad.delay` instead of the load within the window.
 
     `fixed` (node index -> core; chunk 0 and vector nodes): placed first, on their cores as given (a
     planning experiment's own placement, benchmarks/stripes.py), and the others around them."""
@@ -105,7 +108,7 @@ def pack_balanced(
             if windows is None:
                 c = int(np.argmin(np.where(ok, load, np.inf)))
             else:
-                busy = overlap.load(n.layer)
+                busy = overlap.delay(n.layer) if order_delay else overlap.load(n.layer)
                 c = int(np.lexsort((np.where(ok, load, np.inf), np.where(ok, busy, np.inf)))[0])
         if windows is not None:
             overlap.add(c, n.layer, times[k])
@@ -142,6 +145,26 @@ class _WindowLoad:
                 share = max(0.0, cut) / span if span > 0 else float(cut >= 0)
             if share:
                 out += share * t
+        return out
+
+    def delay(self, layer: int) -> np.ndarray:
+        """Per core, how long its placed nodes hold back a node of `layer` or are held back by
+        it, a core running its nodes in layer order: an earlier layer's node whose window ends
+        after `layer`'s starts delays it by the difference, a later layer's node starting before
+        `layer`'s window ends waits that long, a node of `layer` itself runs before or after it
+        (its time). A layer without a window holds back nothing."""
+        out = np.zeros(self.cores)
+        w = self.windows.get(layer)
+        for other, t in self.per_layer.items():
+            if other == layer:
+                out += t
+                continue
+            v = self.windows.get(other)
+            if w is None or v is None:
+                continue
+            d = v[1] - w[0] if other < layer else w[1] - v[0]
+            if d > 0:
+                out += np.where(t > 0, d, 0.0)
         return out
 
     def add(self, core: int, layer: int, t: float) -> None:

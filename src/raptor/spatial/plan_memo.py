@@ -39,7 +39,7 @@ from raptor.arch import Arch
 from raptor.options import CompileOptions
 
 MEMO_DIR = "plans"
-FORMAT = 6
+FORMAT = 7
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ class PlanRecipe:
     label: str = ""  # the plan's name in `estimates` (the compile report's `plan_kept`)
     pack: int = 0  # pixels per remainder mvmul (0: the first of the options' pack_pixels)
     row_chunks: bool = False  # the chunks of the layers with rows enough are whole output rows
+    order_delay: bool = False  # packed by layer-order delays (raptor.compiler._repack)
 
     def to_json(self) -> dict:
         windows = None
@@ -71,6 +72,7 @@ class PlanRecipe:
             "label": self.label,
             "pack": self.pack,
             "row_chunks": self.row_chunks,
+            "order_delay": self.order_delay,
         }
 
     @staticmethod
@@ -82,9 +84,9 @@ class PlanRecipe:
         estimates = {str(k): float(v) for k, v in d["estimates"].items()}
         share, fill = float(d["crossbar_share"]), bool(d["fill_slowest"])
         small, label, pack = int(d["small_tiles"]), str(d["label"]), int(d["pack"])
-        rows = bool(d["row_chunks"])
+        rows, delay = bool(d["row_chunks"]), bool(d["order_delay"])
         return PlanRecipe(
-            bool(d["chunks"]), windows, estimates, share, fill, small, label, pack, rows
+            bool(d["chunks"]), windows, estimates, share, fill, small, label, pack, rows, delay
         )
 
 

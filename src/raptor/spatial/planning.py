@@ -230,6 +230,9 @@ class SpatialPlanningPass:
     # layer -> (start, end) ns of an estimated execution: pack by load within each layer's window
     # (merging.pack_balanced) instead of total load
     windows: dict[int, tuple[float, float]] | None = field(default=None, compare=False)
+    # with windows: pack by how long a core's nodes would hold each other back in layer order
+    # (merging.pack_balanced order_delay) instead of by their load within the windows
+    order_delay: bool = False
     # share of the chip's crossbars replication may buy (raptor.options.CROSSBAR_SHARES_LATENCY)
     crossbar_share: float = 1.0
     # then spend the rest of the crossbars on replicas of the slowest layer (choose_replication)
@@ -273,7 +276,7 @@ class SpatialPlanningPass:
         nodes = make_nodes(sg, arch, reps, splits, chunks, rows)
         lanes = np.array(lane_table(arch, sg.layers, nodes))
         times = lanes * np.array([n.lanes for n in nodes], np.float64)
-        placed, _ = pack_balanced(arch, nodes, times, span, self.windows, fixed)
+        placed, _ = pack_balanced(arch, nodes, times, span, self.windows, fixed, self.order_delay)
         out = replace(
             sg,
             nodes=place_snake(arch, placed),
