@@ -422,7 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Raptor: place nodes on cores by their total load only; by default the planner "
         "also repacks them by the load within each layer's time window of the estimated "
-        "schedule and keeps the shorter plan (default: off)",
+        "schedule, and the winning plan by how long a core's nodes would hold each other back "
+        "in layer order, and keeps the shorter plan (default: off)",
     )
     cp.add_argument(
         "--pim-disable-mesh-placement",

@@ -535,7 +535,8 @@ def _repack(
     plan variant that ended first (starting with `first`, the variant's own first round). A
     layer's window covers when it computes, so layers that run at the same time (inception
     branches, a pool beside its sibling convolution) stop sharing cores and waiting for each
-    other. `how`: the planning fields of the variant (chunks, crossbar share, fill). Returns the
+    other. `how`: the planning fields of the variant (chunks, crossbar share, fill; with
+    `order_delay`, rounds by layer-order delays instead of load, `_delay_repack`). Returns the
     `_Candidate` of every round that shortened the estimate."""
     label = _label(
         how["chunks"], how["crossbar_share"], how["fill_slowest"], *tag, rows=how["row_chunks"]

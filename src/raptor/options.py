@@ -116,7 +116,8 @@ class CompileOptions:
     # Raptor: pixel chunks only as near-equal pixel ranges, never whole output rows
     # (spatial/planning.py choose_row_chunks)
     disable_row_chunks: bool = False
-    disable_window_packing: bool = False  # Raptor: pack cores by total load only (no repacking)
+    # Raptor: pack cores by total load only (no repacking by windows or layer-order delays)
+    disable_window_packing: bool = False
     # Raptor: keep the planner's snake numbering of the cores (no traffic placement, pim/placement.py)
     disable_mesh_placement: bool = False
     row_segments: int = ROW_SEGMENTS  # Raptor: NoC row segments per output row
