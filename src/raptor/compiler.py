@@ -463,6 +463,16 @@ class _Candidate(NamedTuple):
     def pack(self) -> int:
         return self.tag[1]
 
+    @property
+    def variant(self) -> dict:
+        """The planning fields of its plan variant (`_search`'s `how`), windows aside."""
+        return {
+            "chunks": self.chunks,
+            "row_chunks": self.row_chunks,
+            "crossbar_share": self.crossbar_share,
+            "fill_slowest": self.fill_slowest,
+        }
+
 
 def _synchronized(arch: Arch, planned, first, opts: CompileOptions, timed: PassTimer):
     """The first round of the chosen plan (`first`: its messages ordered without tokens, or None
@@ -585,20 +595,10 @@ def _delay_repack(
     arch-a (-2.1 %); delay rounds in place of the load rounds, geometric mean 1.007 (googlenet
     +6.7 / +5.4 %: its inception branches run side by side, which the load within the windows
     sees and the order delays do not)."""
-    variant = (best.tag, best.chunks, best.row_chunks, best.crossbar_share, best.fill_slowest)
     base = next(
-        c
-        for c in cands
-        if c.windows is None
-        and (c.tag, c.chunks, c.row_chunks, c.crossbar_share, c.fill_slowest) == variant
+        c for c in cands if c.windows is None and c.tag == best.tag and c.variant == best.variant
     )
-    how = {
-        "chunks": best.chunks,
-        "row_chunks": best.row_chunks,
-        "crossbar_share": best.crossbar_share,
-        "fill_slowest": best.fill_slowest,
-        "order_delay": True,
-    }
+    how = {**best.variant, "order_delay": True}
     return _repack(arch, sg, passes, at, how, base.first, timed, best.tag)
 
 
