@@ -115,7 +115,7 @@ def test_a_fill_share_buys_replicas_of_the_slowest_layer():
     at the first slowest layer that no longer fits (or has a replica per pixel)."""
     from raptor.compiler import _load
     from raptor.spatial.build import build_spatial
-    from raptor.spatial.cost import lane_ns
+    from raptor.spatial.cost import plan_lane_ns
     from raptor.spatial.ir import ComputeNode, LayerKind, NodeKind
     from raptor.spatial.passes import spatial_passes
     from raptor.spatial.planning import (
@@ -142,7 +142,7 @@ def test_a_fill_share_buys_replicas_of_the_slowest_layer():
                 0, ly.index, NodeKind.MVM, 0, 1, s.c0, s.c1, s.r0, s.r1, s.row_group
             )
             xb = sum(_effective_crossbars(ARCH, sl.crossbars) for sl in slices)
-            cost[ly.index] = (lane_ns(ARCH, ly, probe), ly.out_pixels, xb)
+            cost[ly.index] = (plan_lane_ns(ARCH, ly, probe), ly.out_pixels, xb)
 
     def time(i, r):
         t, p, _ = cost[i]

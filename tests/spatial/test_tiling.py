@@ -69,24 +69,37 @@ def test_row_group_tiles_caps_the_tiles_of_a_group():
             assert ly.row_groups == row_groups(arch, ly.rows, ly.cols, 3)
 
 
-def test_reduce_links_binomial_tree():
-    from raptor.spatial.ir import ComputeNode, NodeKind, SpatialGraph
+def test_reduce_links_root_takes_one_sum_and_the_last_group_adds_the_bias():
+    """The row groups of a tree reduce into group 0, which receives only group 1's sum; groups
+    1.. form a binary heap below it (no group adds more than two sums, the smaller subtree's
+    first), and the last group, a leaf, adds the bias before sending its partial sum."""
+    from dataclasses import replace
+
+    from raptor.spatial.ir import ComputeNode, NodeKind, SpatialGraph, reduce_children
 
     arch = load_arch("arch-a")
     sg = TilingPass().apply(arch, build_spatial(load_graph(toy_convnet()), arch.element_bytes))
     ly = next(ly for ly in sg.layers if ly.rows)
-    from dataclasses import replace
-
     sg = replace(sg, layers=[replace(ly, row_groups=5) if x is ly else x for x in sg.layers])
     nodes = [
         ComputeNode(g, ly.index, NodeKind.MVM, 0, 1, 0, ly.cols, 0, ly.rows, g, 0, 1, core=10 + g)
         for g in range(5)
     ]
-    links = SpatialGraph.reduce_links(replace(sg, nodes=nodes))
-    # 0 <- 1, 2, 4; 2 <- 3; root 0 stores
-    assert links[0] == ((11, 12, 14), -1)
-    assert links[1] == ((), 10) and links[2] == ((13,), 10)
-    assert links[3] == ((), 12) and links[4] == ((), 10)
+    graph = replace(sg, nodes=nodes)
+    links = SpatialGraph.reduce_links(graph)
+    # 0 <- 1; 1 <- 3, 2; 2 <- 4; root 0 stores
+    assert links[0] == ((11,), -1)
+    assert links[1] == ((13, 12), 10) and links[2] == ((14,), 11)
+    assert links[3] == ((), 11) and links[4] == ((), 12)
+    assert graph.bias_nodes() == {4}
+    # a one-group layer's node adds its own bias
+    single = [replace(ly, row_groups=1) if x.index == ly.index else x for x in sg.layers]
+    assert replace(sg, layers=single, nodes=nodes[:1]).bias_nodes() == {0}
+    for size in range(1, 40):
+        kids = [reduce_children(g, size) for g in range(size)]
+        assert sorted(k for ks in kids for k in ks) == list(range(1, size))  # one tree
+        assert len(kids[0]) == min(1, size - 1) and max(map(len, kids)) <= 2
+        assert not kids[-1]  # the bias group is a leaf
 
 
 def test_split_range_even():
@@ -108,3 +121,31 @@ def test_model_too_big_names_crossbars():
     g = load_graph(build_model("vgg8", input_size=32))
     with pytest.raises(PassFailedError, match=r"needs \d+ crossbars.*has 64"):
         TilingPass().apply(arch, build_spatial(g, arch.element_bytes))
+
+
+def test_lane_cost_follows_the_tree_and_the_planner_keeps_the_binomial_charge():
+    """cost.lane_ns charges each group of a 6-group tree its own work in the programs' tree (the
+    root one sum, group 1 two, the last group the bias); plan_lane_ns, what the planner ranks
+    by, charges the binomial tree's: the root three sums and the bias, group 1 none."""
+    from dataclasses import replace
+
+    from raptor.spatial.cost import _noc_ns, _vec_ns, lane_ns, plan_lane_ns
+    from raptor.spatial.ir import ComputeNode, NodeKind
+
+    arch = load_arch("arch-a")
+    sg = TilingPass().apply(arch, build_spatial(load_graph(toy_convnet()), arch.element_bytes))
+    ly = replace(next(ly for ly in sg.layers if ly.rows), row_groups=6)
+    cols, eb = ly.cols, arch.element_bytes
+    add = _noc_ns(arch, cols * eb) + _vec_ns(arch, cols)  # receive a sum and add it
+    bias = _vec_ns(arch, cols)
+
+    def node(g):
+        return ComputeNode(g, ly.index, NodeKind.MVM, 0, 1, 0, cols, 0, ly.rows, g, 0, 1)
+
+    assert plan_lane_ns(arch, ly, node(0)) - lane_ns(arch, ly, node(0)) == pytest.approx(
+        2 * add + bias
+    )
+    assert lane_ns(arch, ly, node(1)) - plan_lane_ns(arch, ly, node(1)) == pytest.approx(2 * add)
+    assert lane_ns(arch, ly, node(5)) - plan_lane_ns(arch, ly, node(5)) == pytest.approx(bias)
+    one = replace(ly, row_groups=1)
+    assert lane_ns(arch, one, node(0)) == plan_lane_ns(arch, one, node(0))

@@ -4,6 +4,7 @@ reduction links and the per-tree line-buffer choices."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from raptor.arch import Arch
 from raptor.spatial.ir import SpatialGraph
@@ -18,6 +19,11 @@ class LowerCtx:
     line_choice: dict[tuple[int, int, int, int], bool] = field(default_factory=dict)
     line_buffers: bool = True  # False: a line buffer only where the NoC dataflow needs it
     halo: dict = field(default_factory=dict)  # node id -> raptor.pim.halo.HaloNode
+
+    @cached_property
+    def bias_nodes(self) -> set[int]:
+        """MVM nodes that add their layer's bias (ir.SpatialGraph.bias_nodes)."""
+        return self.sg.bias_nodes()
 
     @property
     def eb(self) -> int:

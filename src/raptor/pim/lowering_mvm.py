@@ -3,9 +3,10 @@
 Per output pixel: ld each in-bounds kernel-row segment into the local window (padding is zeroed
 once per padding class with lldi), one mvmul per row tile into partial-sum buffers, vvadd
 reduction; a row group of a multi-group layer then recv's and vvadd's the partial sums of its
-reduction subtrees (ir.SpatialGraph.reduce_links) and sends its sum to its parent; the root (or
-only) group adds bias (and a fused residual, spatial/fusion.py), applies the activation and st's
-the column slice into the pixel.
+reduction subtrees (ir.SpatialGraph.reduce_links) and sends its sum to its parent, the tree's last
+group with the bias added (ir.SpatialGraph.bias_nodes); the root (or only) group adds the bias
+when it is the only one (and a fused residual, spatial/fusion.py), applies the activation and
+st's the column slice into the pixel.
 """
 
 from __future__ import annotations
@@ -82,8 +83,9 @@ def slide_window(b: Block, regs: Regs, layer: Layer, cls: WindowClass, win: int,
 
 
 def mvm_prologue(ctx, layer, node, in_buffer, residual, last: bool, alloc, cols: int, eb: int):
-    """Base registers of an MVM node (input, fused residual, output) and, for the root row group,
-    the node's bias slice loaded once into local memory. Returns (prologue, regs, bias or None)."""
+    """Base registers of an MVM node (input, fused residual, output for the root row group) and,
+    for the node that adds the bias (ir.SpatialGraph.bias_nodes), the node's bias slice loaded
+    once into local memory. Returns (prologue, regs, bias or None)."""
     pro: list[np.ndarray] = [sldi(R_IN0, ctx.address[in_buffer])]
     regs = Regs(pro)
     if residual is not None:
@@ -91,6 +93,7 @@ def mvm_prologue(ctx, layer, node, in_buffer, residual, last: bool, alloc, cols:
     bias = None
     if last:
         pro.append(sldi(R_OUT, ctx.address[layer.output.buffer]))
+    if node.id in ctx.bias_nodes:
         bias = alloc.alloc(cols * eb, "bias")
         pro.append(sldi(R_CONST, ctx.address[layer.bias_buffer]))
         pro.append(
@@ -217,10 +220,11 @@ def mvm_tail(
     for src in srcs:
         b.add(Opcode.RECV, rd=regs.loc(ps_b, b), r2_or_imm=src, generic3=cols * eb)
         emit_vv(b, regs, Opcode.VVADD, ps_a, ps_a, ps_b, cols)
+    if bias is not None:
+        emit_vv(b, regs, Opcode.VVADD, ps_a, ps_a, bias, cols)
     if dst_core >= 0:
         b.add(Opcode.SEND, rd=regs.loc(ps_a, b), r2_or_imm=dst_core, generic3=cols * eb)
         return
-    emit_vv(b, regs, Opcode.VVADD, ps_a, ps_a, bias, cols)
     if residual is not None and res_row is not None:
         ra = regs.loc(ps_a, b)
         b.add(Opcode.SLDI, rd=T_DST, r2_or_imm=res_row + ox * cols * eb)

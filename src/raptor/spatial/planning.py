@@ -28,7 +28,7 @@ import numpy as np
 from raptor.arch import Arch
 from raptor.arch.timing import memory_latency_ns
 from raptor.errors import PassFailedError
-from raptor.spatial.cost import lane_bus_ns, lane_ns, lane_table, node_ns
+from raptor.spatial.cost import lane_bus_ns, lane_table, node_ns, plan_lane_ns
 from raptor.spatial.ir import ComputeNode, LayerKind, NodeKind, SpatialGraph
 from raptor.spatial.merging import pack_balanced, pack_plain
 from raptor.spatial.noc import noc_edges
@@ -64,7 +64,7 @@ def choose_replication(
         _, slices = gemm_slices(arch, ly.rows, ly.cols, ly.row_groups, ly.pack)
         s = slices[0]
         probe = ComputeNode(0, ly.index, NodeKind.MVM, 0, 1, s.c0, s.c1, s.r0, s.r1, s.row_group)
-        t = lane_ns(arch, ly, probe)
+        t = plan_lane_ns(arch, ly, probe)
         xb = sum(_effective_crossbars(arch, sl.crossbars) for sl in slices)
         if not noc:
             bus = lane_bus_ns(arch, ly, probe) * ly.out_pixels * len(slices)
