@@ -133,7 +133,8 @@ def format_layer_rows(
             + ("  <- bottleneck" if i == top else "")
         )
     lines.append(
-        "per inference; est.: the planner's estimate of the layer's slowest node; busy/node: the "
+        "per inference; est.: the cost model's busy time of the layer's slowest node (cost.lane_ns; "
+        "the planner ranks plans by cost.plan_lane_ns); busy/node: the "
         "largest busy time (matrix + vector + transfer) measured on one of its nodes (each pixel "
         "chunk of a replica is a node of its own); busy/core: the same summed per core (a core "
         "holds all chunks of a replica's row group, and can hold several); busy, stall: over all its "
