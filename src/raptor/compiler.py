@@ -224,9 +224,9 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     variant that won is planned and repacked again (if it has chunks, with both kinds of chunks),
     and kept only when it ends strictly first. All that runs with the first row-group size in
     `opts.small_layer_group_tiles` for the layers of at most raptor.options.SMALL_LAYER_PIXELS
-    output pixels; each further size (a tiling that changes no layer's row groups is skipped)
-    plans every replication again but only with the winner's kind of chunks, and must end
-    strictly first; so does each further pack size in `opts.pack_pixels` (with the first
+    output pixels; each further size (a tiling that changes no layer's row groups, or whose
+    plans do not fit the chip, is skipped) plans every replication again but only with the
+    winner's kind of chunks, and must end strictly first; so does each further pack size in `opts.pack_pixels` (with the first
     row-group size; a size that packs no layer differently is skipped); the finalists come from
     all of them. Unless window packing is disabled, the winner's variant is then repacked once
     more by layer-order delays instead of load (`_delay_repack`), and such a round is kept under
@@ -285,7 +285,12 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
         chunks = None if best is None else (best.chunks, best.row_chunks)
         tag = (small, 0 if pack == pack0 else pack)
         tiled[tag] = sg
-        found, more = _search(arch, sg, passes, at, opts, tag, timed, chunks)
+        try:
+            found, more = _search(arch, sg, passes, at, opts, tag, timed, chunks)
+        except PassFailedError:
+            if len(tiled) == 1:
+                raise
+            continue  # a further tiling whose plans do not fit the chip (more row groups)
         estimates.update(sg.notes.plan_estimates_ns)
         cands += more
         if found is None:

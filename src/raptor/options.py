@@ -47,9 +47,13 @@ ROW_GROUP_TILES_LATENCY = 3
 # (raptor-only suite), the 2-tile plan alone: resnet18 arch-b 13.14 -> 11.69 ms, resnet34 arch-b
 # 29.89 -> 27.01, googlenet arch-a 12.01 -> 11.90, vgg8 arch-a 2.47 -> 2.45, but resnet18
 # arch-a +0.8 %, resnet34 arch-a +3.0 %, googlenet arch-b +4.7 %; 1-tile groups and a limit of
-# 64 or 196 pixels measured worse (vgg8 arch-a 3.16 ms with 64).
+# 64 or 196 pixels measured worse (vgg8 arch-a 3.16 ms with 64). Since a tree's root adds one
+# partial sum (ir.reduce_children), 1-tile groups (36 for a resnet layer4 conv) make a third
+# candidate tiling: vgg8 arch-b 2.185 -> 1.884 ms, resnet34 arch-a 22.93 -> 21.31 ms, the other
+# six latency programs unchanged, compiles with such layers 1.3-1.5x longer; instead of the
+# 2-tile one they measured worse (resnet18 arch-a +18 %).
 SMALL_LAYER_PIXELS = 49
-SMALL_LAYER_GROUP_TILES_LATENCY = (0, 2)
+SMALL_LAYER_GROUP_TILES_LATENCY = (0, 2, 1)
 
 # Pixels one mvmul of a weight layer's short last row tile may serve (spatial/tiling.py
 # pack_factor, `raptor compile --pim-pack-pixels`; 1: one mvmul per pixel and row tile): the

@@ -1,8 +1,9 @@
 """Row groups of the layers of few pixels as a planning candidate
 (`--pim-small-layer-group-tiles`, raptor.options.SMALL_LAYER_PIXELS and
 SMALL_LAYER_GROUP_TILES_LATENCY): a planned latency compile plans once with every layer in row
-groups of ROW_GROUP_TILES_LATENCY tiles and once with the layers of at most SMALL_LAYER_PIXELS
-output pixels in groups of 2, and keeps the plan that ends first (or the fastest finalist)."""
+groups of ROW_GROUP_TILES_LATENCY tiles and once each with the layers of at most
+SMALL_LAYER_PIXELS output pixels in groups of 2 and of 1, and keeps the plan that ends first (or
+the fastest finalist)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def test_small_layers_take_their_own_group_size():
 
 
 def test_options_defaults_and_errors():
-    assert CompileOptions().small_layer_group_tiles == (0, 2)
+    assert CompileOptions().small_layer_group_tiles == (0, 2, 1)
     for o in (
         CompileOptions(mode="throughput", pipeline=2),
         CompileOptions(disable_spatial_planning=True),
@@ -69,7 +70,7 @@ def test_the_small_layer_plans_compete_and_the_kept_one_is_the_fastest():
     the estimate's best of the first tiling alone. A model whose small layers fit one group
     either way plans once."""
     model = _model()
-    both = compile_model(model, ARCH, CompileOptions())
+    both = compile_model(model, ARCH, CompileOptions(small_layer_group_tiles=(0, 2)))
     one = compile_model(model, ARCH, CompileOptions(small_layer_group_tiles=(0,)))
     est_both, est_one = both.report["plan_estimates_ns"], one.report["plan_estimates_ns"]
     small = {k: v for k, v in est_both.items() if "/small2" in k}
@@ -88,6 +89,10 @@ def test_the_small_layer_plans_compete_and_the_kept_one_is_the_fastest():
     # groups of 3 tiles are what every layer has: the second tiling changes nothing, plans nothing
     same = compile_model(model, ARCH, CompileOptions(small_layer_group_tiles=(0, 3))).report
     assert same["plan_estimates_ns"] == est_one
+    # by default the 1-tile groups make a third set of candidates
+    est_all = compile_model(model, ARCH, CompileOptions()).report["plan_estimates_ns"]
+    assert any("/small1" in k for k in est_all)
+    assert {k for k in small if "_delay" not in k} <= est_all.keys()
 
 
 def test_cli_option_is_recorded(tmp_path, capsys):
