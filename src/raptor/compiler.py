@@ -226,8 +226,9 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     `opts.small_layer_group_tiles` for the layers of at most raptor.options.SMALL_LAYER_PIXELS
     output pixels; each further size (a tiling that changes no layer's row groups, or whose
     plans do not fit the chip, is skipped) plans every replication again but only with the
-    winner's kind of chunks, and must end strictly first; so does each further pack size in `opts.pack_pixels` (with the first
-    row-group size; a size that packs no layer differently is skipped); the finalists come from
+    winner's kind of chunks, and must end strictly first; so does each further pack size in
+    `opts.pack_pixels` (with the first row-group size; a size that packs no layer differently
+    is skipped); the finalists come from
     all of them. Unless window packing is disabled, the winner's variant is then repacked once
     more by layer-order delays instead of load (`_delay_repack`), and such a round is kept under
     the same rule. With a `memo` (spatial/plan_memo.py)

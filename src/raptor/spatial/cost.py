@@ -11,7 +11,14 @@ import math
 
 from raptor.arch import Arch
 from raptor.arch.timing import memory_latency_ns, mvm_cost, mvm_local_read_bytes, vector_compute_ns
-from raptor.spatial.ir import ComputeNode, Layer, LayerKind, NodeKind, reduce_children
+from raptor.spatial.ir import (
+    ComputeNode,
+    Layer,
+    LayerKind,
+    NodeKind,
+    adds_bias,
+    reduce_children,
+)
 from raptor.spatial.tiling import row_tiles, tile_pack
 
 INSTRUCTION_OVERHEAD_NS = 6.0
@@ -75,8 +82,8 @@ def lane_ns(arch: Arch, layer: Layer, node: ComputeNode) -> float:
     eb = arch.element_bytes
     act = {None: 0, "relu": 1, "sigmoid": 1, "silu": 2}[layer.activation]
     if node.kind == NodeKind.MVM:
-        g, groups = node.row_group, layer.row_groups
-        return _mvm_lane_ns(arch, layer, node, len(reduce_children(g, groups)), g == groups - 1)
+        fan_in = len(reduce_children(node.row_group, layer.row_groups))
+        return _mvm_lane_ns(arch, layer, node, fan_in, adds_bias(layer, node))
     if layer.kind == LayerKind.TENSOR:
         from raptor.spatial.tensor import lane_profile
 

@@ -204,6 +204,14 @@ def reduce_children(g: int, size: int) -> list[int]:
     return [k + 1 for k in (2 * h + 2, 2 * h + 1) if k < m]
 
 
+def adds_bias(layer: Layer, node: ComputeNode) -> bool:
+    """Whether MVM node `node` adds its layer's bias: the only group of a one-group layer, else
+    the last row group of its tree, a leaf of `reduce_children`, which adds it to its partial sum
+    before sending; the root, which also adds its child's sum and the residual, applies the
+    activation and sends the output, is the tree's busiest node."""
+    return node.kind == NodeKind.MVM and node.row_group == layer.row_groups - 1
+
+
 def reduce_parent(g: int) -> int:
     """The group that group g > 0 sends its partial sum to (`reduce_children`)."""
     return 0 if g == 1 else (g - 2) // 2 + 1
@@ -254,33 +262,21 @@ class SpatialGraph:
         """Row-group reduction tree of every MVM node of a multi-group layer: (cores it receives
         partial sums from, in order; core it sends its sum to, -1 for the root). The groups of one
         (layer, replica, column slice, pixel chunk) form the tree of `reduce_children`."""
+        trees: dict[tuple[int, int, int, int], dict[int, ComputeNode]] = {}
+        for n in self.nodes:
+            if n.kind == NodeKind.MVM and self.layers[n.layer].row_groups > 1:
+                trees.setdefault((n.layer, n.replica, n.c0, n.p0), {})[n.row_group] = n
         out = {}
-        for tree in self._reduce_trees().values():
+        for tree in trees.values():
             size = len(tree)
             for g, n in tree.items():
                 srcs = tuple(tree[k].core for k in reduce_children(g, size))
                 out[n.id] = (srcs, tree[reduce_parent(g)].core if g else -1)
         return out
 
-    def _reduce_trees(self) -> dict[tuple[int, int, int, int], dict[int, ComputeNode]]:
-        """(layer, replica, column slice, pixel chunk) -> row group -> node, for every MVM node
-        of a multi-group layer."""
-        trees: dict[tuple[int, int, int, int], dict[int, ComputeNode]] = {}
-        for n in self.nodes:
-            if n.kind == NodeKind.MVM and self.layers[n.layer].row_groups > 1:
-                trees.setdefault((n.layer, n.replica, n.c0, n.p0), {})[n.row_group] = n
-        return trees
-
     def bias_nodes(self) -> set[int]:
-        """MVM nodes that add their layer's bias: the only node of a one-group layer, and the
-        last row group of a reduction tree (a leaf, reduce_links), which adds it to its partial
-        sum before sending; the root, which also receives the other groups' sums and adds the
-        residual and activation, is the tree's busiest node."""
-        out = {n.id for n in self.nodes if n.kind == NodeKind.MVM}
-        for tree in self._reduce_trees().values():
-            last = tree[max(tree)]
-            out -= {n.id for n in tree.values() if n is not last}
-        return out
+        """MVM nodes that add their layer's bias (`adds_bias`)."""
+        return {n.id for n in self.nodes if adds_bias(self.layers[n.layer], n)}
 
     def verify(self) -> None:
         for i, layer in enumerate(self.layers):
