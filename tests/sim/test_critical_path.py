@@ -130,6 +130,60 @@ def test_a_send_stalled_on_a_busy_receiver_follows_the_receiver():
     assert p["core_changes"] == 0  # the run ends on core 1, which never waited
 
 
+def test_a_send_waits_for_its_receiver_until_the_receiver_reaches_the_recv():
+    # core 1 computes until 290, then waits 10 ns at its recv for the rendezvous flits; core 0's
+    # send stalled from 100: 100-290 is core 1's work, only 290-300 is the send's own wait
+    rep = _run(
+        [
+            (0, MVMUL, 0, 100, 1),
+            (0, STALL_RECV, 100, 300, 2),
+            (0, SEND, 300, 320, 2),
+            (1, MVMUL, 0, 290, 1),
+            (1, STALL_RECV, 290, 300, 2),
+            (1, RECV, 300, 330, 2),
+        ],
+        [(FLOW_SEND, 0, 310, 1, 315)],
+    )
+    p = critical_path(rep, META)
+    assert p["by_layer"] == {
+        "conv": {"send wait": 10.0},
+        "fc": {"matrix": 290.0, "recv": 30.0},
+    }
+    assert sum(p["by_category"].values()) == 330
+
+
+def test_a_receiver_blocked_on_a_third_core_holds_the_sender_up():
+    # core 1 receives from core 2 first (its program's order), which sends at 490-500; core 0's
+    # send to core 1, ready at 100, waits for all of that: the path runs through core 2's work
+    meta = {
+        "layer_spans": {
+            "layers": ["conv", "fc", "pool"],
+            "cores": {"core0": [[0, 0]], "core1": [[0, 1]], "core2": [[0, 2]]},
+        }
+    }
+    rep = _run(
+        [
+            (0, MVMUL, 0, 100, 1),
+            (0, STALL_RECV, 100, 512, 2),
+            (0, SEND, 512, 515, 2),
+            (1, STALL_RECV, 0, 500, 1),
+            (1, RECV, 500, 510, 1),
+            (1, STALL_RECV, 510, 512, 2),
+            (1, RECV, 512, 520, 2),
+            (2, MVMUL, 0, 490, 1),
+            (2, SEND, 490, 500, 2),
+        ],
+        [(FLOW_SEND, 2, 495, 1, 505), (FLOW_SEND, 0, 513, 1, 515)],
+    )
+    p = critical_path(rep, meta)
+    assert p["by_layer"] == {
+        "pool": {"matrix": 490.0, "send": 10.0},
+        "fc": {"recv": 18.0},
+        "conv": {"send wait": 2.0},
+    }
+    assert [s["core"] for s in p["segments"]] == [2, 1, 0, 1]
+
+
 def test_sync_stalls_follow_the_sync_and_memory_stalls_stay():
     rep = _run(
         [

@@ -8,9 +8,10 @@ keeps the time:
 
 * a recv stall before a recv: for the sender (the flow into that recv),
 * a recv stall before a send (pimsim-nn's rendezvous: the send waits for its receiver): for the
-  receiver, unless the receiver was itself already waiting at its recv; the stall is then the
-  rendezvous' own request and ready flits, queued behind what the sender's switch still ships
-  (`send wait`),
+  receiver, unless the receiver was already waiting at its recv of this very message; the stall
+  is then the rendezvous' own request and ready flits, queued behind what the two switches still
+  ship (`send wait`). A receiver blocked at a recv from a third core (its program receives in an
+  order the run did not follow) holds the sender up, so the walk follows it to that core,
 * a sync stall: for the core whose sync released the wait, at the time of that sync (the
   sync flit's way to the waiting core is `local`).
 
@@ -82,7 +83,6 @@ _KIND_CAT = {
     )
 }
 _OTHER, _LOCAL, _SEND_WAIT = (CATEGORIES.index(c) for c in ("other", "local", "send wait"))
-_STALLS = frozenset((STALL_RECV, STALL_SYNC, STALL_MEMORY))
 _EPS = 1e-6
 
 
@@ -104,6 +104,21 @@ class _Track:
         """Index (into the whole slice array) of the last slice starting before t, or -1."""
         k = int(np.searchsorted(self.start, t - _EPS, side="left")) - 1
         return int(self.idx[k]) if k >= 0 else -1
+
+
+def _rendezvous_partner(s: np.ndarray, i: int, into: _Flows, out_of: _Flows) -> tuple[int, bool]:
+    """(core, sending) that the recv stall slice `i` waits on: the sender of the recv after it,
+    or the receiver of the send after it (sending True); (-1, False) if the trace names none."""
+    track = int(s["track"][i])
+    nxt = i + 1 if i + 1 < len(s) and int(s["track"][i + 1]) == track else -1
+    if nxt < 0:
+        return -1, False
+    lo, hi = float(s["end"][i]), float(s["end"][nxt])
+    if int(s["kind"][nxt]) == RECV:
+        return into.partner(track, lo, hi)[0], False
+    if int(s["kind"][nxt]) == SEND:
+        return out_of.partner(track, lo, hi)[0], True
+    return -1, False
 
 
 class _Flows:
@@ -190,24 +205,36 @@ def critical_path(report: Any, meta: dict) -> dict[str, Any] | None:
                 seen.add(track)
                 continue
         elif kind == STALL_RECV:
-            nxt = i + 1 if i + 1 < len(s) and int(s["track"][i + 1]) == track else -1
-            lo, hi = b, float(s["end"][nxt]) if nxt >= 0 else b
-            if nxt >= 0 and int(s["kind"][nxt]) == RECV:
-                partner = into.partner(track, lo, hi)[0]
-            elif nxt >= 0 and int(s["kind"][nxt]) == SEND:
-                partner, sending = out_of.partner(track, lo, hi)[0], True
+            partner, sending = _rendezvous_partner(s, i, into, out_of)
         if partner >= 0 and partner != track and partner in tracks and hops <= len(tracks):
+            # a send's stall is its own (`send wait`) only if the receiver was waiting at its recv
+            # of this very message; a receiver blocked at a recv from another core (a message
+            # order that the run did not follow), or at anything else, holds the sender up
             j = tracks[partner].last_before(t)
-            waited_on_us = sending and j >= 0 and int(s["kind"][j]) in _STALLS
+            waited_on_us = (
+                sending
+                and j >= 0
+                and int(s["kind"][j]) == STALL_RECV
+                and _rendezvous_partner(s, j, into, out_of) == (track, False)
+            )
             if not waited_on_us:
                 track = partner  # the waited-on core, at the same time
                 changes += 1
                 hops += 1
                 seen.add(track)
                 continue
+            arrived = float(s["start"][j])
+            if arrived > a + _EPS:  # until the receiver reached that recv, the send waited for it
+                acc[ly, _SEND_WAIT] += t - arrived
+                pieces.append((track, ly, arrived, t, _SEND_WAIT))
+                track, t = partner, arrived
+                changes += 1
+                hops = 0
+                seen.add(track)
+                continue
         hops = 0
         if sending and partner >= 0:
-            cat = _SEND_WAIT  # its receiver was already waiting for it
+            cat = _SEND_WAIT  # its receiver was waiting for it before it came
         else:
             cat = _KIND_CAT.get(kind, _OTHER)
         acc[ly, cat] += t - a
