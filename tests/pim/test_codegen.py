@@ -180,3 +180,81 @@ def test_message_slot_records_alternate_address_and_transfer():
     assert out["r2_or_imm"].tolist() == [4096, 3, 128, 7]
     assert out["generic3"].tolist() == [0, 64, 0, 32]
     assert records(1) == [] and records(2) == [] and records(None) == []
+
+
+def test_global_pool_reduces_its_rows_as_they_arrive():
+    """A whole-row pool step whose rows come in its message slot (a global average pool fed
+    over the NoC) adds each received piece into its row sum right after the recv, after first
+    taking in what came earlier in the core's program: run on a local memory, the records leave
+    the sum of the rows, and after the last recv only that message's elements remain to add."""
+    from types import SimpleNamespace
+
+    from raptor.pim.lowering_lines import reduce_on_arrival
+    from raptor.pim.lowering_noc import message_records, message_rows
+    from raptor.spatial.message_order import COMM_DTYPE
+
+    eb, width, c = 2, 3, 4  # 3 pixels of 4 channels per row, 2-byte elements
+    row_bytes = width * c * eb
+    row_at = {0: 1000, 1: 1100, 2: 1200}
+    dst = 2000
+    px = c * eb
+    # pixel 0 of every row came earlier (another node's slot); pixels 1-2 come here, rows
+    # interleaved, one message of two pixels for row 2; one send in between
+    msgs = np.array(
+        [
+            (False, 7, 1000 + px, px),
+            (False, 8, 1100 + px, px),
+            (True, 9, 5000, 16),
+            (False, 7, 1000 + 2 * px, px),
+            (False, 6, 1200 + px, 2 * px),
+            (False, 8, 1100 + 2 * px, px),
+        ],
+        COMM_DTYPE,
+    )
+    ctx = SimpleNamespace(eb=eb, sg=SimpleNamespace(noc=SimpleNamespace(comm={(5, 0): msgs})))
+    node = SimpleNamespace(id=5)
+    rows = message_rows(ctx, node, 0, row_at, row_bytes)
+    assert rows.tolist() == [0, 1, -1, 0, 2, 1]
+    assert message_rows(ctx, node, 0, {3: 3000}, row_bytes) is None  # no message of its rows
+    recs = np.concatenate(
+        reduce_on_arrival(
+            ctx,
+            node,
+            0,
+            message_records(ctx, node, TEMPS[3])(0),
+            rows,
+            row_at,
+            row_bytes,
+            dst,
+            Opcode.VVADD,
+        )  # fmt: skip
+    )
+    rng = np.random.default_rng(0)
+    data = {iy: rng.standard_normal(width * c) for iy in row_at}
+    mem: dict[int, float] = {}  # element address -> value
+    for iy, base in row_at.items():  # what came before the slot: pixel 0 of each row
+        for e in range(c):
+            mem[base + e * eb] = data[iy][e]
+    regs: dict[int, int] = {}
+    work_after_last_recv = 0
+    last_recv = int(np.flatnonzero(recs["opcode"] == Opcode.RECV)[-1])
+    for i, r in enumerate(recs):
+        op, rd, r1, imm, g3 = (int(r[k]) for k in ("opcode", "rd", "r1", "r2_or_imm", "generic3"))
+        if op == Opcode.SLDI:
+            regs[rd] = imm
+        elif op == Opcode.RECV:
+            m = msgs[(msgs["addr"] == regs[rd]) & ~msgs["send"]][0]
+            iy = max(y for y, b in row_at.items() if b <= m["addr"])
+            e0 = (int(m["addr"]) - row_at[iy]) // eb
+            for e in range(int(m["size"]) // eb):
+                mem[int(m["addr"]) + e * eb] = data[iy][e0 + e]
+        elif op == Opcode.LMV:
+            for e in range(g3 // eb):
+                mem[regs[rd] + e * eb] = mem[regs[r1] + e * eb]
+        elif op == Opcode.VVADD:
+            for e in range(g3):
+                mem[regs[rd] + e * eb] = mem[regs[r1] + e * eb] + mem[regs[imm] + e * eb]
+            work_after_last_recv += g3 if i > last_recv else 0
+    got = np.array([mem[dst + e * eb] for e in range(width * c)])
+    np.testing.assert_allclose(got, sum(data.values()), rtol=1e-12)
+    assert work_after_last_recv == c  # the last message's one pixel of row 1

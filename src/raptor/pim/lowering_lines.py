@@ -21,6 +21,7 @@ from raptor.pim.emit import (
     T_DST,
     TEMPS,
     Block,
+    Regs,
     chunks,
     emit_activation,
     emit_st,
@@ -34,6 +35,7 @@ from raptor.pim.lowering_noc import (
     end_slot,
     line_steps,
     message_records,
+    message_rows,
     own_copies,
     own_pieces,
     ring_padding,
@@ -378,6 +380,83 @@ def lower_mvm_lines(
     return concat(blocks)
 
 
+def reduce_rows(
+    addrs: list[int], dst: int, n: int, eb: int, op: Opcode, regs: Regs
+) -> list[np.ndarray]:
+    """Records that reduce the `n` elements (`eb` bytes each) at each of `addrs`, in that order,
+    into `dst` with `op` (vvadd/vvmax), a copy for a single address; sldi into the pool's two
+    temporaries."""
+    t_src, t_addr = TEMPS[2], TEMPS[3]
+    b = Block(1)
+    b.add(Opcode.SLDI, rd=t_src, r2_or_imm=addrs[0])
+    if len(addrs) == 1:
+        b.add(Opcode.LMV, rd=regs.loc(dst, b), r1=t_src, generic3=n * eb)
+    else:
+        b.add(Opcode.SLDI, rd=t_addr, r2_or_imm=addrs[1])
+        b.add(op, rd=regs.loc(dst, b), r1=t_src, r2_or_imm=t_addr, generic3=n)
+        for a in addrs[2:]:
+            b.add(Opcode.SLDI, rd=t_addr, r2_or_imm=a)
+            b.add(op, rd=regs.loc(dst, b), r1=regs.loc(dst, b), r2_or_imm=t_addr, generic3=n)
+    return regs.flush() + [b.build()]
+
+
+def reduce_on_arrival(
+    ctx: LowerCtx,
+    node: ComputeNode,
+    k: int,
+    messages: list[np.ndarray],
+    rows: np.ndarray,
+    row_at: dict[int, int],
+    row_bytes: int,
+    dst: int,
+    op: Opcode,
+) -> list[np.ndarray]:
+    """A message slot's records (two per message: sldi, send/recv) with the rows of a whole-row
+    step (`row_at`: row -> address, `row_bytes` long) reduced into `dst` as they come: first the
+    bytes that came earlier in the core's program (all that the slot's messages do not
+    receive: `rows`, `message_rows`), then after each recv its bytes, copied to the same offset
+    of `dst` where no row reached yet, else reduced into it with `op` (vvadd/vvmax). Only the
+    last message's piece is left for after the last recv, where a whole-window pool reduced
+    every row then."""
+    eb = ctx.eb
+    ms = ctx.sg.noc.comm[(node.id, k)]
+    recs = concat(messages)
+    seen = np.zeros(row_bytes // eb, bool)  # elements of `dst` some row already reached
+    t_dst, t_src = TEMPS[1], TEMPS[2]
+
+    def reduce(src: int, e0: int, e1: int) -> np.ndarray:
+        """Elements [e0, e1) of the row at `src` into `dst`."""
+        piece = seen[e0:e1]
+        cuts = np.flatnonzero(np.diff(piece.astype(np.int8))) + 1
+        b = Block(1)
+        for lo, hi in zip([0, *cuts], [*cuts, len(piece)]):
+            at = (e0 + int(lo)) * eb
+            b.add(Opcode.SLDI, rd=t_dst, r2_or_imm=dst + at)
+            b.add(Opcode.SLDI, rd=t_src, r2_or_imm=src + at)
+            if piece[lo]:
+                b.add(op, rd=t_dst, r1=t_dst, r2_or_imm=t_src, generic3=int(hi - lo))
+            else:
+                b.add(Opcode.LMV, rd=t_dst, r1=t_src, generic3=int(hi - lo) * eb)
+        seen[e0:e1] = True
+        return b.build()
+
+    out = []
+    for iy, src in row_at.items():  # what came before this slot
+        came = np.ones(len(seen), bool)
+        for j in np.flatnonzero(rows == iy):
+            e0 = (int(ms["addr"][j]) - src) // eb
+            came[e0 : e0 + int(ms["size"][j]) // eb] = False
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], came.astype(np.int8), [0]])))
+        out += [reduce(src, int(e0), int(e1)) for e0, e1 in zip(edges[0::2], edges[1::2])]
+    for j in range(len(ms)):
+        out.append(recs[2 * j : 2 * j + 2])
+        if rows[j] >= 0:
+            src = row_at[int(rows[j])]
+            e0 = (int(ms["addr"][j]) - src) // eb
+            out.append(reduce(src, e0, e0 + int(ms["size"][j]) // eb))
+    return out
+
+
 def pool_line_buffer_bytes(layer: Layer, node: ComputeNode, eb: int) -> tuple[int, int]:
     """(host bytes a line-buffer pool loads, bytes the per-pixel window pool loads)."""
     v = layer.inputs[0]
@@ -399,7 +478,9 @@ def lower_pool_lines(
 ) -> np.ndarray:
     """Max/average pool over a local ring of kh input rows, each loaded once: per output row the
     in-bounds rows are reduced into one row, then each pixel reduces its in-bounds columns (lanes
-    grouped by horizontal padding class). Band tokens go before/after each band."""
+    grouped by horizontal padding class); a NoC step over whole rows whose message slot receives
+    them (a global pool) reduces them while they come (`reduce_on_arrival`), so only the last
+    piece is left when the last recv is in. Band tokens go before/after each band."""
     eb = ctx.eb
     layer = ctx.sg.layers[node.layer]
     v, out = layer.inputs[0], layer.output
@@ -434,8 +515,25 @@ def lower_pool_lines(
     comm = message_records(ctx, node, t_addr)
     steps = line_steps(ctx, node, bands, before, after)
     for oy, pa, pb, pre, post, k in steps:
-        blocks += comm(k) + pre
         rows = [oy * sh - pt + i for i in range(kh) if 0 <= oy * sh - pt + i < v.height]
+        # the columns this step's windows read, reduced over the in-bounds rows into `red`
+        ca = max(0, (pa - oy * ow) * sw - pl)
+        cb = min(v.width, (pb - 1 - oy * ow) * sw - pl + kw)
+        vseg = (cb - ca) * c
+        r0 = red + ca * c * eb
+        # a step over whole rows that all come in its own message slot (a global pool) reduces
+        # them as they come, not all once the last one is in
+        whole = fed and node.id not in noc.mixed and len(rows) > 1 and (ca, cb) == (0, v.width)
+        at = {iy: slot(iy) for iy in rows}
+        arriving = (
+            message_rows(ctx, node, k, at, row_bytes) if whole and not loaded & set(rows) else None
+        )
+        if arriving is not None:
+            blocks += reduce_on_arrival(ctx, node, k, comm(k), arriving, at, row_bytes, r0, op)
+            blocks += pre
+            loaded.update(rows)
+        else:
+            blocks += comm(k) + pre
         for iy in rows:
             if iy in loaded:
                 continue
@@ -444,26 +542,8 @@ def lower_pool_lines(
                 blocks += own_pieces(ctx, node, iy, slot(iy), t_addr)
                 continue
             blocks += load_host_row(v, iy, x0, x1, slot(iy) + x0 * c * eb, t_addr, eb)
-        # vertical reduction of the in-bounds rows into `red` (the columns this step's windows read)
-        ca = max(0, (pa - oy * ow) * sw - pl)
-        cb = min(v.width, (pb - 1 - oy * ow) * sw - pl + kw)
-        vseg = (cb - ca) * c
-        r0 = red + ca * c * eb
-        rb = Block(1)
-        s0 = slot(rows[0]) + ca * c * eb
-        if len(rows) == 1:
-            rb.add(Opcode.SLDI, rd=t_src, r2_or_imm=s0)
-            rb.add(Opcode.LMV, rd=regs.loc(r0, rb), r1=t_src, generic3=vseg * eb)
-        else:
-            rb.add(Opcode.SLDI, rd=t_src, r2_or_imm=s0)
-            rb.add(Opcode.SLDI, rd=t_addr, r2_or_imm=slot(rows[1]) + ca * c * eb)
-            rb.add(op, rd=regs.loc(r0, rb), r1=t_src, r2_or_imm=t_addr, generic3=vseg)
-            for iy in rows[2:]:
-                rb.add(Opcode.SLDI, rd=t_addr, r2_or_imm=slot(iy) + ca * c * eb)
-                rb.add(
-                    op, rd=regs.loc(r0, rb), r1=regs.loc(r0, rb), r2_or_imm=t_addr, generic3=vseg
-                )
-        blocks += regs.flush() + [rb.build()]
+        if arriving is None:
+            blocks += reduce_rows([slot(iy) + ca * c * eb for iy in rows], r0, vseg, eb, op, regs)
         # horizontal reduction per pixel, lanes grouped by in-bounds columns
         ox = np.arange(pa - oy * ow, pb - oy * ow, dtype=np.int64)
         ix0 = ox * sw - pl

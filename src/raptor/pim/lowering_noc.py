@@ -118,6 +118,23 @@ def message_records(ctx: LowerCtx, node: ComputeNode, reg: int):
     return records
 
 
+def message_rows(
+    ctx: LowerCtx, node: ComputeNode, k: int | None, row_at: dict[int, int], row_bytes: int
+) -> np.ndarray | None:
+    """The row of `row_at` (row -> local address of its first column, `row_bytes` long) that
+    each message of node's slot k receives into (-1: a send, or elsewhere); None unless some
+    message does, each row in a slot of its own (the rest of those rows came earlier in the
+    core's program, in the slots of its other nodes)."""
+    ms = ctx.sg.noc.comm.get((node.id, k)) if k is not None else None
+    if ms is None or not len(ms) or len(set(row_at.values())) < len(row_at):
+        return None
+    recv, addr = ~ms["send"].astype(bool), ms["addr"]
+    rows = np.full(len(ms), -1, np.int64)
+    for iy, base in row_at.items():
+        rows[recv & (addr >= base) & (addr < base + row_bytes)] = iy
+    return rows if (rows >= 0).any() else None
+
+
 def store_row(
     ctx: LowerCtx, node: ComputeNode, oy: int, xa: int, xb: int, out_row: int, reg: int
 ) -> list[np.ndarray]:
