@@ -182,11 +182,13 @@ def test_message_slot_records_alternate_address_and_transfer():
     assert records(1) == [] and records(2) == [] and records(None) == []
 
 
-def test_global_pool_reduces_its_rows_as_they_arrive():
+@pytest.mark.parametrize("fold", [False, True])
+def test_global_pool_reduces_its_rows_as_they_arrive(fold):
     """A whole-row pool step whose rows come in its message slot (a global average pool fed
     over the NoC) adds each received piece into its row sum right after the recv, after first
     taking in what came earlier in the core's program: run on a local memory, the records leave
-    the sum of the rows, and after the last recv only that message's elements remain to add."""
+    the sum of the rows (with `fold`, of every pixel of them, per channel), and after the last
+    recv only that message's elements remain to add."""
     from types import SimpleNamespace
 
     from raptor.pim.lowering_lines import reduce_on_arrival
@@ -227,7 +229,8 @@ def test_global_pool_reduces_its_rows_as_they_arrive():
             row_bytes,
             dst,
             Opcode.VVADD,
-        )  # fmt: skip
+            c if fold else 0,
+        )
     )
     rng = np.random.default_rng(0)
     data = {iy: rng.standard_normal(width * c) for iy in row_at}
@@ -255,6 +258,8 @@ def test_global_pool_reduces_its_rows_as_they_arrive():
             for e in range(g3):
                 mem[regs[rd] + e * eb] = mem[regs[r1] + e * eb] + mem[regs[imm] + e * eb]
             work_after_last_recv += g3 if i > last_recv else 0
-    got = np.array([mem[dst + e * eb] for e in range(width * c)])
-    np.testing.assert_allclose(got, sum(data.values()), rtol=1e-12)
+    want = sum(data.values())
+    want = want.reshape(width, c).sum(axis=0) if fold else want
+    got = np.array([mem[dst + e * eb] for e in range(len(want))])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
     assert work_after_last_recv == c  # the last message's one pixel of row 1

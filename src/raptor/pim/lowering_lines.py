@@ -410,39 +410,43 @@ def reduce_on_arrival(
     row_bytes: int,
     dst: int,
     op: Opcode,
+    fold: int = 0,
 ) -> list[np.ndarray]:
     """A message slot's records (two per message: sldi, send/recv) with the rows of a whole-row
     step (`row_at`: row -> address, `row_bytes` long) reduced into `dst` as they come: first the
     bytes that came earlier in the core's program (all that the slot's messages do not
     receive: `rows`, `message_rows`), then after each recv its bytes, copied to the same offset
-    of `dst` where no row reached yet, else reduced into it with `op` (vvadd/vvmax). Only the
-    last message's piece is left for after the last recv, where a whole-window pool reduced
-    every row then."""
+    of `dst` where no row reached yet, else reduced into it with `op` (vvadd/vvmax). With `fold`
+    (the channels of a pixel: a pool of one output pixel over whole rows) every pixel is reduced
+    into the one pixel at `dst` instead. Only the last message's piece is left for after the
+    last recv, where a whole-window pool reduced every row, and then every pixel, there."""
     eb = ctx.eb
     ms = ctx.sg.noc.comm[(node.id, k)]
     recs = concat(messages)
-    seen = np.zeros(row_bytes // eb, bool)  # elements of `dst` some row already reached
+    seen = np.zeros(fold or row_bytes // eb, bool)  # elements of `dst` some piece reached
     t_dst, t_src = TEMPS[1], TEMPS[2]
 
     def reduce(src: int, e0: int, e1: int) -> np.ndarray:
         """Elements [e0, e1) of the row at `src` into `dst`."""
-        piece = seen[e0:e1]
-        cuts = np.flatnonzero(np.diff(piece.astype(np.int8))) + 1
         b = Block(1)
-        for lo, hi in zip([0, *cuts], [*cuts, len(piece)]):
-            at = (e0 + int(lo)) * eb
-            b.add(Opcode.SLDI, rd=t_dst, r2_or_imm=dst + at)
-            b.add(Opcode.SLDI, rd=t_src, r2_or_imm=src + at)
-            if piece[lo]:
-                b.add(op, rd=t_dst, r1=t_dst, r2_or_imm=t_src, generic3=int(hi - lo))
-            else:
-                b.add(Opcode.LMV, rd=t_dst, r1=t_src, generic3=int(hi - lo) * eb)
-        seen[e0:e1] = True
+        bounds = [e0, *range((e0 // fold + 1) * fold, e1, fold), e1] if fold else [e0, e1]
+        for s0, s1 in zip(bounds[:-1], bounds[1:]):
+            d0 = s0 % fold if fold else s0
+            piece = seen[d0 : d0 + s1 - s0]
+            cuts = np.flatnonzero(np.diff(piece.astype(np.int8))) + 1
+            for lo, hi in zip([0, *cuts], [*cuts, len(piece)]):
+                b.add(Opcode.SLDI, rd=t_dst, r2_or_imm=dst + (d0 + int(lo)) * eb)
+                b.add(Opcode.SLDI, rd=t_src, r2_or_imm=src + (s0 + int(lo)) * eb)
+                if piece[lo]:
+                    b.add(op, rd=t_dst, r1=t_dst, r2_or_imm=t_src, generic3=int(hi - lo))
+                else:
+                    b.add(Opcode.LMV, rd=t_dst, r1=t_src, generic3=int(hi - lo) * eb)
+            seen[d0 : d0 + s1 - s0] = True
         return b.build()
 
     out = []
     for iy, src in row_at.items():  # what came before this slot
-        came = np.ones(len(seen), bool)
+        came = np.ones(row_bytes // eb, bool)
         for j in np.flatnonzero(rows == iy):
             e0 = (int(ms["addr"][j]) - src) // eb
             came[e0 : e0 + int(ms["size"][j]) // eb] = False
@@ -528,8 +532,13 @@ def lower_pool_lines(
         arriving = (
             message_rows(ctx, node, k, at, row_bytes) if whole and not loaded & set(rows) else None
         )
+        # one output pixel whose window covers every column: pixels reduced into `acc` too
+        fold = c if arriving is not None and pb - pa == 1 and kw >= v.width + pl else 0
         if arriving is not None:
-            blocks += reduce_on_arrival(ctx, node, k, comm(k), arriving, at, row_bytes, r0, op)
+            into = acc if fold else r0
+            blocks += reduce_on_arrival(
+                ctx, node, k, comm(k), arriving, at, row_bytes, into, op, fold
+            )
             blocks += pre
             loaded.update(rows)
         else:
@@ -556,9 +565,10 @@ def lower_pool_lines(
             lo, hi = int(jlo[m][0]), int(jhi[m][0])
             xs = ix0[m]
             b = Block(int(m.sum()))
-            b.add(Opcode.SLDI, rd=t_src, r2_or_imm=red + (xs + lo) * c * eb)
-            b.add(Opcode.LMV, rd=regs.loc(acc, b), r1=t_src, generic3=c * eb)
-            for j in range(lo + 1, hi):
+            if not fold:
+                b.add(Opcode.SLDI, rd=t_src, r2_or_imm=red + (xs + lo) * c * eb)
+                b.add(Opcode.LMV, rd=regs.loc(acc, b), r1=t_src, generic3=c * eb)
+            for j in range(lo + 1, hi) if not fold else ():
                 b.add(Opcode.SLDI, rd=t_src, r2_or_imm=red + (xs + j) * c * eb)
                 b.add(op, rd=regs.loc(acc, b), r1=regs.loc(acc, b), r2_or_imm=t_src, generic3=c)
             if recip is not None:
