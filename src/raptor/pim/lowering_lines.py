@@ -565,12 +565,12 @@ def lower_pool_lines(
             lo, hi = int(jlo[m][0]), int(jhi[m][0])
             xs = ix0[m]
             b = Block(int(m.sum()))
-            if not fold:
+            if not fold:  # a folded pool's pixels are in `acc` already
                 b.add(Opcode.SLDI, rd=t_src, r2_or_imm=red + (xs + lo) * c * eb)
                 b.add(Opcode.LMV, rd=regs.loc(acc, b), r1=t_src, generic3=c * eb)
-            for j in range(lo + 1, hi) if not fold else ():
-                b.add(Opcode.SLDI, rd=t_src, r2_or_imm=red + (xs + j) * c * eb)
-                b.add(op, rd=regs.loc(acc, b), r1=regs.loc(acc, b), r2_or_imm=t_src, generic3=c)
+                for j in range(lo + 1, hi):
+                    b.add(Opcode.SLDI, rd=t_src, r2_or_imm=red + (xs + j) * c * eb)
+                    b.add(op, rd=regs.loc(acc, b), r1=regs.loc(acc, b), r2_or_imm=t_src, generic3=c)
             if recip is not None:
                 cnt = kh * kw if layer.count_include_pad else len(rows) * (hi - lo)
                 emit_vv(b, regs, Opcode.VVMUL, acc, acc, recip + counts.index(cnt) * c * eb, c)
