@@ -263,3 +263,41 @@ def test_global_pool_reduces_its_rows_as_they_arrive(fold):
     got = np.array([mem[dst + e * eb] for e in range(len(want))])
     np.testing.assert_allclose(got, want, rtol=1e-12)
     assert work_after_last_recv == c  # the last message's one pixel of row 1
+
+
+def test_constants_load_once_per_core_between_nodes():
+    """A core loads each constant slice its nodes read (bias slices, an average pool's 1/count
+    vectors) once per round into its constant area (raptor.pim.constants): never inside a node
+    or again per band, always in a run of constant loads that ends where a node begins, some of
+    them before a later node than the core's first; values still match onnxruntime."""
+    from raptor.pim.emit import R_CONST
+
+    arch = load_arch(str(ARCH_TINY))
+    model = toy_inception(hw=8)
+    res = compile_model(model, arch, CompileOptions())
+    prog = res.program
+    spans = prog.meta["layer_spans"]["cores"]
+    hoisted = 0
+    for core, s in enumerate(prog.cores):
+        if f"core{core}" not in spans:
+            continue
+        starts = [pc for pc, layer in spans[f"core{core}"] if layer >= 0]
+        op = s["opcode"]
+        loads = np.flatnonzero((op == Opcode.LD) & (s["r1"] == R_CONST))
+        keys = [
+            (int(s["r2_or_imm"][p - 2]) + int(s["generic2"][p]), int(s["generic3"][p]))
+            for p in loads
+        ]
+        assert len(set(keys)) == len(keys), f"core {core} loads a constant slice twice"
+        for p in loads:
+            assert op[p - 2] == Opcode.SLDI and s["rd"][p - 2] == R_CONST
+            nxt = min(q for q in starts if q > p)  # the node the run of loads precedes
+            run = s[p + 1 : nxt]
+            assert ((run["opcode"] == Opcode.LD) & (run["r1"] == R_CONST)).sum() * 3 == len(run)
+            hoisted += nxt != starts[0]
+    assert hoisted > 0
+    rng = np.random.default_rng(5)
+    ins = [{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}]
+    ref = reference(model, ins)
+    out = simulate(prog, arch, "latency", 1, ins).outputs
+    assert max_rel_err(next(iter(out[0].values())), next(iter(ref[0].values()))) < 1e-3

@@ -1,8 +1,8 @@
 """Code generation: host layout, per-core streams, array groups, weights, memory image, meta.
 
 Every non-empty core's stream is: setbw (ibiw = obiw = activation bits), sldi r0 0, its credit
-syncs, then its nodes in program order, each wrapped in its wait/sync tokens, then its end-of-round
-credit waits. Array groups are allocated per node and row tile (the pixel chunks of one replica
+syncs, then its nodes in program order, each wrapped in its wait/sync tokens, with the loads of its
+constant area between them (raptor.pim.constants), then its end-of-round credit waits. Array groups are allocated per node and row tile (the pixel chunks of one replica
 share its groups); weight matrices are deduplicated by (layer, rows, columns), so replicas share
 one matrix. A stream never ends in a scalar/setbw (pimsim-nn would not finish it).
 """
@@ -19,11 +19,13 @@ from raptor.errors import PassFailedError
 from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram
 from raptor.isa.table import concat, make
+from raptor.pim.constants import const_area, load_positions, load_records, node_constants
 from raptor.pim.halo import halo_plan
 from raptor.pim.lowering import lower_node_bands
 from raptor.pim.lowering_ctx import LowerCtx
 from raptor.pim.lowering_lines import use_line_buffer
 from raptor.pim.lowering_noc import noc_prologue
+from raptor.pim.memalloc import ALIGN_BYTES
 from raptor.spatial.ir import BufferRole, NodeKind, SpatialGraph, SyncToken, TokenKind
 from raptor.spatial.tiling import row_tiles, tile_crossbars, tile_pack
 
@@ -51,6 +53,36 @@ def token_records(tokens: list[SyncToken]) -> list[np.ndarray]:
         else:
             out.append(make(Opcode.WAIT, generic1=t.event, generic2=t.value))
     return out
+
+
+def lower_core(
+    ctx: LowerCtx, core: int, nodes: list, ag_bases: list[int], constants: bool = True
+) -> tuple[list[np.ndarray], list[int]]:
+    """Every node of `core` lowered band by band with its tokens, and each node's local-memory
+    peak, with the core's constant area (raptor.pim.constants) if the nodes fit beside it."""
+    sg = ctx.sg
+    area = const_area(ctx, core, nodes) if constants else {}
+    if area:
+        ctx.consts[core] = area
+    try:
+        codes, peaks = [], []
+        for n, ag_base in zip(nodes, ag_bases):
+            bands = sg.bands.get(n.id, [(n.p0, n.p1)])
+            # the node's own tokens go with its first and last band (after the prologue, which
+            # reads only constants), where the NoC message order (spatial/message_order.py)
+            # expects them
+            before = [token_records(sg.band_before.get((n.id, i), [])) for i in range(len(bands))]
+            after = [token_records(sg.band_after.get((n.id, i), [])) for i in range(len(bands))]
+            before[0] = token_records(sg.tokens_before.get(n.id, [])) + before[0]
+            after[-1] = after[-1] + token_records(sg.tokens_after.get(n.id, []))
+            code, peak = lower_node_bands(ctx, n, ag_base, bands, before, after)
+            codes.append(code)
+            peaks.append(peak)
+        return codes, peaks
+    except PassFailedError:
+        if not ctx.consts.pop(core, None):
+            raise
+        return lower_core(ctx, core, nodes, ag_bases, constants=False)
 
 
 def generate(
@@ -91,10 +123,9 @@ def generate(
         ]
         blocks += token_records(sg.tokens_start.get(core, []))
         blocks += noc_prologue(ctx, core)
-        core_spans = spans.setdefault(f"core{core}", [])
         shared: dict[tuple[int, int, int, int], int] = {}  # a replica's array groups on this core
+        ag_bases = []
         for n in nodes:
-            core_spans.append([sum(len(b) for b in blocks), n.layer])
             ag_base = len(ags)
             if n.kind == NodeKind.MVM:
                 ag_base = shared.setdefault((n.layer, n.replica, n.c0, n.r0), ag_base)
@@ -111,21 +142,26 @@ def generate(
                         matrices.append(np.ascontiguousarray(w, dtype=np.float32))
                     ags.append(tile_crossbars(arch, a, b, n.c1 - n.c0, layer.pack))
                     mats.append(matrix_index[key])
-            bands = sg.bands.get(n.id, [(n.p0, n.p1)])
-            # the node's own tokens go with its first and last band (after the prologue, which
-            # reads only constants), where the NoC message order (spatial/message_order.py) expects them
-            before = [token_records(sg.band_before.get((n.id, i), [])) for i in range(len(bands))]
-            after = [token_records(sg.band_after.get((n.id, i), [])) for i in range(len(bands))]
-            before[0] = token_records(sg.tokens_before.get(n.id, [])) + before[0]
-            after[-1] = after[-1] + token_records(sg.tokens_after.get(n.id, []))
-            code, peak = lower_node_bands(ctx, n, ag_base, bands, before, after)
-            persist = sg.noc.persist.get(core, 0) if sg.noc is not None else 0
+            ag_bases.append(ag_base)
+        codes, peaks = lower_core(ctx, core, nodes, ag_bases)
+        area = ctx.consts.get(core, {})
+        loads = load_positions(ctx, nodes, codes) if area else {}
+        persist = sg.noc.persist.get(core, 0) if sg.noc is not None else 0
+        core_spans = spans.setdefault(f"core{core}", [])
+        for i, (n, code, peak) in enumerate(zip(nodes, codes, peaks)):
+            blocks += load_records(ctx, area, loads.get(i, []))
+            core_spans.append([sum(len(b) for b in blocks), n.layer])
             local_peak[core] = max(local_peak[core], peak + persist)
             blocks.append(code)
             lname = sg.layers[n.layer].name
             host_ld[lname] = host_ld.get(lname, 0) + int(
                 code["generic3"][code["opcode"] == Opcode.LD].sum()
             )
+        for c in area:  # a hoisted slice counts for the first node that reads it
+            n = next(n for n in nodes if c in node_constants(ctx, n))
+            lname = sg.layers[n.layer].name
+            host_ld[lname] = host_ld.get(lname, 0) + c.size
+        local_peak[core] += sum(-(-c.size // ALIGN_BYTES) * ALIGN_BYTES for c in area)
         core_spans.append([sum(len(b) for b in blocks), -1])
         blocks += token_records(sg.tokens_end.get(core, []))
         if sum(ags) > arch.crossbars_per_core:

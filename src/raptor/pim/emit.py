@@ -114,6 +114,22 @@ def sldi(r: int, v: int) -> np.ndarray:
     return make(Opcode.SLDI, rd=r, r2_or_imm=int(v))
 
 
+def prologue_ld(
+    pro: list[np.ndarray], regs: Regs, local: int, base_reg: int, host_off: int, size: int
+) -> None:
+    """An ld in a node's prologue (`pro`), its local address in a preset register."""
+    pro.append(
+        make(
+            Opcode.LD,
+            rd=regs.loc(local),
+            r1=base_reg,
+            generic1=OFFSET_RS1,
+            generic2=host_off,
+            generic3=size,
+        )
+    )
+
+
 def emit_ld(block: Block, regs: Regs, local: int, base_reg: int, host_off, size: int) -> None:
     block.add(
         Opcode.LD,

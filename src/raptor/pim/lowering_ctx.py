@@ -19,6 +19,8 @@ class LowerCtx:
     line_choice: dict[tuple[int, int, int, int], bool] = field(default_factory=dict)
     line_buffers: bool = True  # False: a line buffer only where the NoC dataflow needs it
     halo: dict = field(default_factory=dict)  # node id -> raptor.pim.halo.HaloNode
+    # core -> constant slice -> local address (raptor.pim.constants.const_area)
+    consts: dict[int, dict] = field(default_factory=dict)
 
     @cached_property
     def bias_nodes(self) -> set[int]:
@@ -29,8 +31,12 @@ class LowerCtx:
     def eb(self) -> int:
         return self.arch.element_bytes
 
-    def capacity(self, core: int) -> int:
-        """Local memory a node's scratch may use: below the core's persistent NoC buffers."""
+    def capacity(self, core: int, with_constants: bool = True) -> int:
+        """Local memory a node's scratch may use: below the core's persistent NoC buffers and
+        (`with_constants`) its constant area."""
         noc = self.sg.noc
         persist = noc.persist.get(core, 0) if noc is not None else 0
-        return self.arch.core.local_memory.memory_size - persist
+        top = self.arch.core.local_memory.memory_size - persist
+        if with_constants and self.consts.get(core):
+            top = min(self.consts[core].values())
+        return top

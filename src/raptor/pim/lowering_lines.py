@@ -498,7 +498,7 @@ def lower_pool_lines(
     full = replace(node, r0=0, r1=kh * kw * c)
     _, _, x0, x1, _ = lines_geometry(layer, full)
     row_bytes = v.width * c * eb
-    pro, regs, counts, recip = pool_prologue(ctx, layer, is_max, alloc, c, eb)
+    pro, regs, counts, recip = pool_prologue(ctx, layer, node, is_max, alloc, c, eb)
     noc = ctx.sg.noc
     fed = noc is not None and noc.is_fed(node)
     ring = None if fed else alloc.alloc(kh * row_bytes, "ring")

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raptor.isa.opcodes import OFFSET_RD, OFFSET_RS1, Opcode
+from raptor.isa.opcodes import OFFSET_RD, Opcode
 from raptor.isa.table import concat, make
+from raptor.pim.constants import load_constant, node_constants
 from raptor.pim.emit import (
     LAST_LOCAL,
-    R_CONST,
     R_IN0,
     R_IN1,
     R_OUT,
@@ -93,19 +93,8 @@ def mvm_prologue(ctx, layer, node, in_buffer, residual, last: bool, alloc, cols:
     bias = None
     if last:
         pro.append(sldi(R_OUT, ctx.address[layer.output.buffer]))
-    if node.id in ctx.bias_nodes:
-        bias = alloc.alloc(cols * eb, "bias")
-        pro.append(sldi(R_CONST, ctx.address[layer.bias_buffer]))
-        pro.append(
-            make(
-                Opcode.LD,
-                rd=regs.loc(bias),
-                r1=R_CONST,
-                generic1=OFFSET_RS1,
-                generic2=node.c0 * eb,
-                generic3=cols * eb,
-            )
-        )
+    for c in node_constants(ctx, node):
+        bias = load_constant(ctx, node.core, c, alloc, regs, pro, "bias")
     return pro, regs, bias
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from raptor.isa.opcodes import OFFSET_RS1, Opcode
-from raptor.isa.table import concat, make
+from raptor.isa.opcodes import Opcode
+from raptor.isa.table import concat
+from raptor.pim.constants import load_constant, node_constants
 from raptor.pim.emit import (
-    R_CONST,
     R_IN0,
     R_OUT,
     Block,
@@ -24,7 +24,7 @@ from raptor.spatial.geometry import pool_counts, window_classes
 from raptor.spatial.ir import ComputeNode, LayerKind
 
 
-def pool_prologue(ctx, layer, is_max: bool, alloc, c: int, eb: int):
+def pool_prologue(ctx, layer, node, is_max: bool, alloc, c: int, eb: int):
     """Base registers of a pool node (input, output) and, for an average pool, its vectors of
     1/count (one per distinct window count) loaded once. Returns (prologue, regs, counts, recip);
     counts and recip are None for a max pool."""
@@ -36,18 +36,8 @@ def pool_prologue(ctx, layer, is_max: bool, alloc, c: int, eb: int):
     if is_max:
         return pro, regs, None, None
     counts = pool_counts(layer)
-    recip = alloc.alloc(len(counts) * c * eb, "recip")
-    pro.append(sldi(R_CONST, ctx.address[f"{layer.name}.recip"]))
-    pro.append(
-        make(
-            Opcode.LD,
-            rd=regs.loc(recip),
-            r1=R_CONST,
-            generic1=OFFSET_RS1,
-            generic2=0,
-            generic3=len(counts) * c * eb,
-        )
-    )
+    (c_slice,) = node_constants(ctx, node)
+    recip = load_constant(ctx, node.core, c_slice, alloc, regs, pro, "recip")
     return pro, regs, counts, recip
 
 
@@ -59,7 +49,7 @@ def lower_pool(ctx: LowerCtx, node: ComputeNode, alloc: LocalAllocator) -> np.nd
     kh, kw = layer.kernel_shape
     is_max = layer.kind == LayerKind.MAXPOOL
     op = Opcode.VVMAX if is_max else Opcode.VVADD
-    pro, regs, counts, recip = pool_prologue(ctx, layer, is_max, alloc, c, eb)
+    pro, regs, counts, recip = pool_prologue(ctx, layer, node, is_max, alloc, c, eb)
     classes = window_classes(layer, node.p0, node.p1)
     acc = alloc.alloc(c * eb, "acc")
     max_nw = max(cl.jhi - cl.jlo for cl in classes)

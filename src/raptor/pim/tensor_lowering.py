@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from raptor.isa.opcodes import OFFSET_RD, OFFSET_RS1, OFFSET_RS2, Opcode
-from raptor.isa.table import concat, make
+from raptor.isa.table import concat
 from raptor.pim.emit import (
     R_IN0,
     R_IN1,
@@ -21,6 +21,7 @@ from raptor.pim.emit import (
     emit_ld,
     emit_st,
     emit_vv,
+    prologue_ld,
     sldi,
 )
 from raptor.pim.lowering_ctx import LowerCtx
@@ -108,7 +109,7 @@ def _elementwise(ctx, spec, lanes, alloc):
     bufs = [alloc.alloc(maxlen * eb, f"in{k}") for k in range(nin)]
     ci = spec.const_index
     if spec.const_uniform:
-        _ld_pro(pro, regs, bufs[ci], base[ci], int(spec.offs[ci][lanes[0]]) * eb, maxlen * eb)
+        prologue_ld(pro, regs, bufs[ci], base[ci], int(spec.offs[ci][lanes[0]]) * eb, maxlen * eb)
     op = FUNCS[spec.func]
     blocks: list[np.ndarray] = []
     for n, sel in _groups(spec.lens, lanes):
@@ -121,19 +122,6 @@ def _elementwise(ctx, spec, lanes, alloc):
         emit_st(b, regs, d, spec.offs[nin][sel] * eb, n * eb)
         blocks += regs.flush() + [b.build()]
     return concat(blocks)
-
-
-def _ld_pro(pro, regs, local, base_reg, host_off, size):
-    pro.append(
-        make(
-            Opcode.LD,
-            rd=regs.loc(local),
-            r1=base_reg,
-            generic1=OFFSET_RS1,
-            generic2=host_off,
-            generic3=size,
-        )
-    )
 
 
 def _softmax(ctx, spec, lanes, alloc):
