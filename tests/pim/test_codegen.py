@@ -301,3 +301,36 @@ def test_constants_load_once_per_core_between_nodes():
     ref = reference(model, ins)
     out = simulate(prog, arch, "latency", 1, ins).outputs
     assert max_rel_err(next(iter(out[0].values())), next(iter(ref[0].values()))) < 1e-3
+
+
+def test_core_whose_nodes_do_not_fit_beside_its_constant_area_loads_in_prologues(monkeypatch):
+    """A core whose nodes overflow local memory beside its constant area is lowered again
+    without one: the program is the one every core gets when no core has an area (each node
+    loads its constants in its prologue), and it still computes the model."""
+    import raptor.pim.codegen as codegen
+    from raptor.pim import constants
+    from raptor.pim.emit import R_CONST
+
+    arch = load_arch(str(ARCH_TINY))
+    model = toy_inception(hw=8)
+    real = constants.const_area
+
+    def no_room(ctx, core, nodes):  # the area takes all of local memory
+        return dict.fromkeys(real(ctx, core, nodes), 0)
+
+    monkeypatch.setattr(codegen, "const_area", no_room)
+    squeezed = compile_model(model, arch, CompileOptions()).program
+    monkeypatch.setattr(codegen, "const_area", lambda ctx, core, nodes: {})
+    plain = compile_model(model, arch, CompileOptions()).program
+    assert len(squeezed.cores) == len(plain.cores)
+    for a, b in zip(squeezed.cores, plain.cores):
+        assert a.tobytes() == b.tobytes()
+    in_prologue = sum(
+        int(((s["opcode"] == Opcode.LD) & (s["r1"] == R_CONST)).sum()) for s in plain.cores
+    )
+    assert in_prologue > 0
+    rng = np.random.default_rng(6)
+    ins = [{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}]
+    out = simulate(squeezed, arch, "latency", 1, ins).outputs
+    ref = reference(model, ins)
+    assert max_rel_err(next(iter(out[0].values())), next(iter(ref[0].values()))) < 1e-3
