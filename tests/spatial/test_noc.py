@@ -295,29 +295,33 @@ def test_demoted_mixed_node_reads_its_window_under_tokens():
 
 
 @pytest.mark.parametrize(
-    "name,hw,opts",
+    "name,hw,arch_name,opts",
     [
         # (segments of at least two pixels, the estimate's plan: the one the docstring describes;
         # with OUT_BYTES 1 another finalist may simulate faster and have no mixed node)
         (
             "vgg8",
             16,
+            "arch-a",
             CompileOptions(disable_synchronization=True, row_segment_pixels=2, finalists=1),
         ),
-        ("googlenet", 64, CompileOptions(mode="throughput", pipeline=2)),
+        ("vgg8", 16, "arch-b", CompileOptions(disable_synchronization=True, finalists=1)),
+        ("googlenet", 64, "arch-a", CompileOptions(mode="throughput", pipeline=2)),
     ],
 )
-def test_mixed_node_copies_its_own_cores_pieces_locally(name, hw, opts, monkeypatch):
+def test_mixed_node_copies_its_own_cores_pieces_locally(name, hw, arch_name, opts, monkeypatch):
     """A fed node that also reads rows its own core produced (a mixed node: vgg8 16x16 latency,
-    a conv6 node on a core of pool5; googlenet 64x64 p2, pools reading inception concats, so
-    channel-slice pieces copied pixel by pixel) copies them with lmv from the producer's output
-    rows, which keep every row: no activation buffer stays in host memory, and the values match
-    onnxruntime (vgg8 without any synchronization). With output rows too small to keep them
-    (OUT_BYTES of one row), the same nodes load those pieces from host memory instead, after
-    their producer stored them there."""
+    a conv6 node on a core of pool5 on arch-a, and on arch-b a row group of the classifier on a
+    core of pool8, whose flattened map is a flat source: the pixels of pool8's rows in its one
+    input pixel; googlenet 64x64 p2, pools reading inception concats, so channel-slice pieces
+    copied pixel by pixel) copies them with lmv from the producer's output rows, which keep
+    every row: no activation buffer stays in host memory, and the values match onnxruntime (vgg8
+    without any synchronization). With output rows too small to keep them (OUT_BYTES of one
+    row), the same nodes load those pieces from host memory instead, after their producer stored
+    them there."""
     import raptor.spatial.noc as noc
 
-    arch = load_arch("arch-a")
+    arch = load_arch(arch_name)
     model = build_model(name, input_size=hw)
     res, _, err = _values(model, arch, opts, hw)
     nd = res.report["noc_dataflow"]

@@ -214,11 +214,27 @@ def own_copies(ctx: LowerCtx, node: ComputeNode, iy: int, reg: int, k: int = 0) 
         if prod.core != node.core:
             continue
         src = noc.sources[node.layer][si]
-        count, size, s0, s_step, d0, d_step = message_span(ctx.sg, noc, prod, node, src, iy, a, b)
-        i = np.arange(count, dtype=np.int64)
-        blk = Block(count)
-        blk.add(Opcode.SLDI, rd=reg, r2_or_imm=d0 + i * d_step)
-        blk.add(Opcode.SLDI, rd=s_reg, r2_or_imm=s0 + i * s_step)
-        blk.add(Opcode.LMV, rd=reg, r1=s_reg, generic3=size)
-        out.append(blk.build())
+        for r, xa, xb in _producer_rows(noc, src, iy, a, b):
+            count, size, s0, s_step, d0, d_step = message_span(
+                ctx.sg, noc, prod, node, src, r, xa, xb
+            )
+            i = np.arange(count, dtype=np.int64)
+            blk = Block(count)
+            blk.add(Opcode.SLDI, rd=reg, r2_or_imm=d0 + i * d_step)
+            blk.add(Opcode.SLDI, rd=s_reg, r2_or_imm=s0 + i * s_step)
+            blk.add(Opcode.LMV, rd=reg, r1=s_reg, generic3=size)
+            out.append(blk.build())
     return out
+
+
+def _producer_rows(noc, src, iy: int, a: int, b: int) -> list[tuple[int, int, int]]:
+    """(producer row, first column, end column) of the pieces [a, b) of consumer row iy: the
+    same row, or for a flat source (one consumer pixel, columns = producer pixels of the whole
+    map) each producer row the pixels span."""
+    if not src.flat:
+        return [(iy, a, b)]
+    w = noc.width[src.layer]
+    return [
+        (r, max(a, r * w) - r * w, min(b, (r + 1) * w) - r * w)
+        for r in range(a // w, (b - 1) // w + 1)
+    ]

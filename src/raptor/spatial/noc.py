@@ -458,7 +458,6 @@ def _derive(sg: SpatialGraph, plan: NocPlan) -> None:
     plan.mixed &= fed
     # a mixed node copies its own core's pieces locally when every producer of them keeps its rows
     by_host = _unkept_readers(plan, 0)
-    by_host |= {n.id for n in sg.nodes if n.id in plan.mixed and n.layer in plan.flat}
     plan.own_local = plan.mixed - by_host
     plan.senders = {
         unit_of(n)
@@ -504,7 +503,7 @@ def _targets(sg: SpatialGraph, plan: NocPlan) -> None:
                 continue
             prods = plan.producers[src.layer]
             js = plan.readers.get((m.id, si))
-            own = plan.reads_own(m, src.input) and not src.flat
+            own = plan.reads_own(m, src.input)
             if js is None or own:
                 if src.layer not in spans:
                     spans[src.layer] = tuple(
