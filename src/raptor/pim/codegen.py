@@ -1,10 +1,11 @@
 """Code generation: host layout, per-core streams, array groups, weights, memory image, meta.
 
 Every non-empty core's stream is: setbw (ibiw = obiw = activation bits), sldi r0 0, its credit
-syncs, then its nodes in program order, each wrapped in its wait/sync tokens, with the loads of its
-constant area between them (raptor.pim.constants), then its end-of-round credit waits. Array groups are allocated per node and row tile (the pixel chunks of one replica
-share its groups); weight matrices are deduplicated by (layer, rows, columns), so replicas share
-one matrix. A stream never ends in a scalar/setbw (pimsim-nn would not finish it).
+syncs, then its nodes in program order, each wrapped in its wait/sync tokens, with the loads of
+its constant area between them (raptor.pim.constants), then its end-of-round credit waits. Array
+groups are allocated per node and row tile (the pixel chunks of one replica share its groups);
+weight matrices are deduplicated by (layer, rows, columns), so replicas share one matrix. A
+stream never ends in a scalar/setbw (pimsim-nn would not finish it).
 """
 
 from __future__ import annotations
