@@ -26,7 +26,6 @@ from raptor.pim.lowering import lower_node_bands
 from raptor.pim.lowering_ctx import LowerCtx
 from raptor.pim.lowering_lines import use_line_buffer
 from raptor.pim.lowering_noc import noc_prologue
-from raptor.pim.memalloc import ALIGN_BYTES
 from raptor.spatial.ir import BufferRole, NodeKind, SpatialGraph, SyncToken, TokenKind
 from raptor.spatial.tiling import row_tiles, tile_crossbars, tile_pack
 
@@ -158,11 +157,13 @@ def generate(
             host_ld[lname] = host_ld.get(lname, 0) + int(
                 code["generic3"][code["opcode"] == Opcode.LD].sum()
             )
-        for c in area:  # a hoisted slice counts for the first node that reads it
-            n = next(n for n in nodes if c in node_constants(ctx, n))
-            lname = sg.layers[n.layer].name
+        first: dict = {}  # a slice of the area counts for the first node that reads it
+        for n in nodes if area else ():
+            for c in node_constants(ctx, n):
+                first.setdefault(c, sg.layers[n.layer].name)
+        for c, lname in first.items():
             host_ld[lname] = host_ld.get(lname, 0) + c.size
-        local_peak[core] += sum(-(-c.size // ALIGN_BYTES) * ALIGN_BYTES for c in area)
+        local_peak[core] += ctx.capacity(core, with_constants=False) - ctx.capacity(core)
         core_spans.append([sum(len(b) for b in blocks), -1])
         blocks += token_records(sg.tokens_end.get(core, []))
         if sum(ags) > arch.crossbars_per_core:

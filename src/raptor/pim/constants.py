@@ -22,7 +22,7 @@ import numpy as np
 from raptor.isa.opcodes import OFFSET_RS1, Opcode
 from raptor.isa.table import make
 from raptor.pim.emit import R_CONST, TEMPS, Regs, prologue_ld, sldi
-from raptor.pim.memalloc import ALIGN_BYTES, LocalAllocator
+from raptor.pim.memalloc import LocalAllocator, aligned
 from raptor.spatial.geometry import pool_counts
 from raptor.spatial.ir import ComputeNode, LayerKind, NodeKind
 
@@ -54,12 +54,11 @@ def const_area(ctx, core: int, nodes: list[ComputeNode]) -> dict[ConstSlice, int
     """Local address of every distinct constant slice the nodes of `core` read, in a region
     ending where the core's persistent NoC buffers begin."""
     slices = list(dict.fromkeys(s for n in nodes for s in node_constants(ctx, n)))
-    size = sum(-(-s.size // ALIGN_BYTES) * ALIGN_BYTES for s in slices)
-    addr = ctx.capacity(core, with_constants=False) - size
+    addr = ctx.capacity(core, with_constants=False) - sum(aligned(s.size) for s in slices)
     out = {}
     for s in slices:
         out[s] = addr
-        addr += -(-s.size // ALIGN_BYTES) * ALIGN_BYTES
+        addr += aligned(s.size)
     return out
 
 

@@ -13,6 +13,7 @@ from raptor.pim.lowering_ctx import LowerCtx
 from raptor.spatial.geometry import lines_geometry
 from raptor.spatial.ir import ComputeNode, NodeKind
 from raptor.spatial.message_order import message_span, row_segments, row_steps
+from raptor.spatial.noc import row_spans
 
 SLDI, SEND, RECV = int(Opcode.SLDI), int(Opcode.SEND), int(Opcode.RECV)
 
@@ -214,7 +215,9 @@ def own_copies(ctx: LowerCtx, node: ComputeNode, iy: int, reg: int, k: int = 0) 
         if prod.core != node.core:
             continue
         src = noc.sources[node.layer][si]
-        for r, xa, xb in _producer_rows(noc, src, iy, a, b):
+        # a flat source's columns are producer pixels of the whole map: one piece per its row
+        spans = row_spans(a, b, noc.width[src.layer]) if src.flat else {iy: (a, b)}
+        for r, (xa, xb) in spans.items():
             count, size, s0, s_step, d0, d_step = message_span(
                 ctx.sg, noc, prod, node, src, r, xa, xb
             )
@@ -225,16 +228,3 @@ def own_copies(ctx: LowerCtx, node: ComputeNode, iy: int, reg: int, k: int = 0) 
             blk.add(Opcode.LMV, rd=reg, r1=s_reg, generic3=size)
             out.append(blk.build())
     return out
-
-
-def _producer_rows(noc, src, iy: int, a: int, b: int) -> list[tuple[int, int, int]]:
-    """(producer row, first column, end column) of the pieces [a, b) of consumer row iy: the
-    same row, or for a flat source (one consumer pixel, columns = producer pixels of the whole
-    map) each producer row the pixels span."""
-    if not src.flat:
-        return [(iy, a, b)]
-    w = noc.width[src.layer]
-    return [
-        (r, max(a, r * w) - r * w, min(b, (r + 1) * w) - r * w)
-        for r in range(a // w, (b - 1) // w + 1)
-    ]

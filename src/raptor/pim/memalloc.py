@@ -8,6 +8,11 @@ from raptor.errors import PassFailedError
 ALIGN_BYTES = 32
 
 
+def aligned(size_bytes: int) -> int:
+    """`size_bytes` rounded up to the allocation alignment."""
+    return -(-size_bytes // ALIGN_BYTES) * ALIGN_BYTES
+
+
 class LocalAllocator:
     """Allocate byte ranges of one core's local memory for one node."""
 
@@ -20,7 +25,7 @@ class LocalAllocator:
 
     def alloc(self, size_bytes: int, label: str = "") -> int:
         addr = self.top
-        self.top = addr + -(-size_bytes // ALIGN_BYTES) * ALIGN_BYTES
+        self.top = addr + aligned(size_bytes)
         self.requests.append((label, size_bytes))
         if self.top > self.capacity_bytes:
             parts = ", ".join(f"{lbl or '?'} {b}" for lbl, b in self.requests)
