@@ -49,24 +49,27 @@ def _cmd_arch_export_pimsim(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    if args.layers or args.path:
+    if args.layers or args.path or args.progress:
         from raptor.errors import SimulationError
         from raptor.sim.critical_path import format_segments
-        from raptor.sim.layers import case_layers, format_layer_rows
+        from raptor.sim.layers import case_layers, format_layer_rows, format_progress
 
-        option = "--layers" if args.layers else "--path"
+        option = "--layers" if args.layers else "--path" if args.path else "--progress"
         rows, title, crit = case_layers(args.dir, _arch_or_none(args), args.force_target, option)
         if args.path and crit is None:
             raise SimulationError(
                 f"{args.dir}: --path: the run has no critical path: its trace has more than one "
                 "track per core (core.rob_size > 1 keeps several instructions of a core in flight)"
             )
-        if args.json:  # --layers: the rows; --path: the path; both: both
+        if args.json:  # --layers or --progress: the rows; --path: the path; both: both
             both = {"layers": rows, "critical_path": crit}
-            out = both if args.layers and args.path else rows if args.layers else crit
+            table = args.layers or args.progress
+            out = both if table and args.path else rows if table else crit
             print(json.dumps(out, indent=2))
             return 0
         parts = [format_layer_rows(rows, title, crit)] if args.layers else []
+        if args.progress:
+            parts.append(format_progress(rows, "" if args.layers else title))
         if args.path:
             parts.append(format_segments(crit, args.path_min_us * 1e3))
         print("\n\n".join(parts))
@@ -307,6 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the critical path of a compiled case directory as its chain of cores: one line per "
         "run of the path on one core and layer, with its interval and largest categories (the "
         "same traced run and layers.json as --layers; default: off)",
+    )
+    ins.add_argument(
+        "--progress",
+        action="store_true",
+        help="when each layer of a compiled case directory had done 25, 50, 75 and 100 %% of its "
+        "matrix and vector work, and how long its last quarter took (the same traced run and "
+        "layers.json as --layers; default: off)",
     )
     ins.add_argument(
         "--path-min-us",

@@ -13,7 +13,13 @@ from raptor.errors import SimulationError
 from raptor.isa.pimdir import read_pimdir
 from raptor.options import CompileOptions
 from raptor.sim import simulate
-from raptor.sim.layers import LAYERS_FORMAT, format_layer_rows, layer_rows
+from raptor.sim.layers import (
+    LAYERS_FORMAT,
+    format_layer_rows,
+    format_progress,
+    layer_rows,
+    progress_times,
+)
 from raptor.sim.trace import KIND_COUNTER, MVMUL, SYNC, slice_layers
 
 BUSY = ("matrix_busy_ns", "vector_busy_ns", "transfer_busy_ns")
@@ -120,4 +126,37 @@ def test_inspect_layers_recomputes_a_layers_json_of_another_format(vgg8_tp, caps
     assert main(["inspect", str(d / "out"), "--layers", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["layer"] == "features.conv0" and "busy_max_node_ns" in rows[0]
-    assert json.loads((d / "out" / "layers.json").read_text())["format"] == LAYERS_FORMAT == 4
+    assert json.loads((d / "out" / "layers.json").read_text())["format"] == LAYERS_FORMAT == 5
+
+
+def test_progress_times_are_where_the_cumulative_busy_time_reaches_each_share():
+    # layer 0: slices ending at 10, 20, 30, 40 with busy 1, 1, 1, 5 (total 8); layer 2 has none
+    layer = np.array([0, 1, 0, 0, 0, 1])
+    end = np.array([20.0, 7.0, 10.0, 40.0, 30.0, 5.0])
+    busy = np.array([1.0, 3.0, 1.0, 5.0, 1.0, 1.0])
+    t = progress_times(layer, end, busy, 3)
+    # 25 % of 8 = 2 after the slice ending at 20; 50 % = 4 and 75 % = 6 only with the last slice
+    assert t[0].tolist() == [20.0, 40.0, 40.0, 40.0]
+    # layer 1: 1 at 5, then 4 at 7: 25 % (1) at 5, the rest at 7
+    assert t[1].tolist() == [5.0, 7.0, 7.0, 7.0]
+    assert np.isnan(t[2]).all()
+
+
+def test_progress_follows_the_pipeline(vgg8_tp, capsys):
+    d, _, prog, rep = vgg8_tp
+    rows = layer_rows(rep, prog.meta, _report(d))
+    for r in rows:
+        p = r["progress_ns"]
+        assert r["start_ns"] < p[0] <= p[1] <= p[2] <= p[3] == r["end_ns"], r["layer"]
+    # the first conv does its first quarter before the classifier has done anything
+    assert rows[0]["progress_ns"][0] < rows[-1]["start_ns"]
+    assert main(["inspect", str(d / "out"), "--progress"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("per-layer plan and measurement")
+    assert out[1].split()[:3] == ["layer", "replicas", "25"]
+    first = out[2].split()
+    assert first[0] == rows[0]["layer"]
+    q = [v / 1e3 for v in rows[0]["progress_ns"]]
+    assert [float(x) for x in first[2:]] == pytest.approx([*q, q[3] - q[2]], abs=0.051)
+    idle = format_progress([dict(layer="x", replicas=None, progress_ns=None)])
+    assert idle.splitlines()[1].split() == ["x", "-", "not", "run"]

@@ -19,7 +19,10 @@ from raptor.sim.trace import KIND_COUNTER, MVMUL, TRACK_STRIDE, VECTOR, slice_sp
 
 _STALL = np.array([c.startswith("stall_") for c in KIND_COUNTER])
 LAYERS_FILE = "layers.json"
-LAYERS_FORMAT = 4  # layers.json of another format is recomputed, never misread (4: segments)
+# layers.json of another format is recomputed, never misread (4: segments, 5: progress_ns)
+LAYERS_FORMAT = 5
+# shares of a layer's matrix + vector work whose completion times progress_ns gives
+PROGRESS_SHARES = (0.25, 0.5, 0.75, 1.0)
 
 
 def layer_rows(
@@ -32,7 +35,9 @@ def layer_rows(
     same summed per core (a core holds every chunk of a replica's row group and may hold more of
     the layer's nodes), what bounds a pipeline; busy_ns and stall_ns sum over its
     cores; start_ns/end_ns bound its matrix and vector slices (over all rounds), when it
-    computes; path_ns is its time on the run's critical path (raptor.sim.critical_path), and
+    computes; progress_ns gives when its matrix and vector slices had done each share of
+    PROGRESS_SHARES of their busy time (the last is end_ns), how it kept up with its producers;
+    path_ns is its time on the run's critical path (raptor.sim.critical_path), and
     path that time by category (None for both when the trace has more than one track per
     core). `path`: the run's critical path when the caller already has it."""
     spans = meta.get("layer_spans")
@@ -63,6 +68,7 @@ def layer_rows(
     work = keep & np.isin(s["kind"], (MVMUL, VECTOR))
     np.minimum.at(start, layer[work], s["start"][work])
     np.maximum.at(end, layer[work], s["end"][work])
+    progress = progress_times(layer[work], s["end"][work], s["busy"][work], n)
     path = critical_path(report, meta) if path is None else path
     on_path = path["by_layer"] if path is not None else {}
     reps = compile_report.get("replication", {})
@@ -83,11 +89,63 @@ def layer_rows(
                 "stall_ns": float(stalls[i]) / rounds,
                 "start_ns": float(start[i]) if ran else None,
                 "end_ns": float(end[i]) if ran else None,
+                "progress_ns": [float(t) for t in progress[i]] if ran else None,
                 "path_ns": sum(on_path.get(name, {}).values()) / rounds if path else None,
                 "path": {k: v / rounds for k, v in on_path.get(name, {}).items()} if path else None,
             }
         )
     return rows
+
+
+def progress_times(
+    layer: np.ndarray, end: np.ndarray, busy: np.ndarray, n: int, shares=PROGRESS_SHARES
+) -> np.ndarray:
+    """(n, len(shares)) array: for each of n layers, the end time of the slice with which the
+    layer's cumulative busy time (its slices taken in order of their ends) first reaches each
+    share of its total; NaN for a layer without slices. A slice counts whole at its end, so a
+    share is reached no earlier than it was."""
+    out = np.full((n, len(shares)), np.nan)
+    order = np.lexsort((end, layer))
+    layer, end, busy = layer[order], end[order], busy[order]
+    bounds = np.searchsorted(layer, np.arange(n + 1))
+    for i in range(n):
+        a, b = bounds[i], bounds[i + 1]
+        if a == b:
+            continue
+        cum = np.cumsum(busy[a:b])
+        at = np.searchsorted(cum, np.asarray(shares) * cum[-1] * (1 - 1e-12))
+        out[i] = end[a:b][np.minimum(at, b - a - 1)]
+    return out
+
+
+def format_progress(rows: list[dict[str, Any]], title: str = "") -> str:
+    """When each layer had done a quarter, half, three quarters and all of its matrix + vector
+    work (progress_ns), and how long its last quarter took: a layer whose last quarter is long
+    computed it after its producers ended."""
+    width = max([len(r["layer"]) for r in rows] + [5])
+    heads = [f"{int(q * 100)} % us" for q in PROGRESS_SHARES[:-1]] + ["done us"]
+    lines = [title] if title else []
+    lines.append(
+        f"{'layer':<{width}} {'replicas':>8} "
+        + " ".join(f"{h:>9}" for h in heads)
+        + f" {'last quarter us':>15}"
+    )
+    for r in rows:
+        reps = "-" if r["replicas"] is None else str(int(r["replicas"]))
+        if r.get("progress_ns") is None:
+            lines.append(f"{r['layer']:<{width}} {reps:>8} not run")
+            continue
+        t = [v / 1e3 for v in r["progress_ns"]]
+        lines.append(
+            f"{r['layer']:<{width}} {reps:>8} "
+            + " ".join(f"{v:>9.1f}" for v in t)
+            + f" {t[-1] - t[-2]:>15.1f}"
+        )
+    lines.append(
+        "time at which each layer's matrix and vector slices had done that share of their busy "
+        "time (over all rounds in throughput mode); last quarter: done minus 75 %"
+    )
+    return "\n".join(lines)
 
 
 def _span_cores(spans: dict) -> dict[str, list[int]]:
