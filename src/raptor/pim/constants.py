@@ -6,10 +6,10 @@ of every node (and band) that reads them.
 A node's prologue sits between its producer's last message and its first mvmul; on a core
 whose nodes follow each other on the critical path (resnet18's fc after the global pool) the
 ld of its bias was on the path. The loads of the constants that the core's first node reads
-stay where that node's prologue was (the program start); the others go there too if that node
-receives messages (the core waits for its producers there anyway), else at the start of the
-first later node that receives one or reads a constant (`load_position`). Node scratch gets the memory below the area
-(`LowerCtx.capacity`); a core whose nodes do not fit beside it keeps the loads in the
+stay where that node's prologue was (the program start); a later node's go before the nearest
+earlier node, past the first, that receives a message (the core waits for its producers there
+anyway), else before the node itself (`load_positions`). Node scratch gets the memory below the
+area (`LowerCtx.capacity`); a core whose nodes do not fit beside it keeps the loads in the
 prologues (`raptor.pim.codegen`).
 """
 
