@@ -351,17 +351,19 @@ class DaskExecutor(Executor):
         cancel = f"raptor-cancel-{run}"
         event = Event(cancel, client=self.client)
         futures = {}
-        for i, s in enumerate(specs):
-            f = self.client.submit(
-                run_case_task,
-                s,
-                cancel,
-                key=f"raptor-case-{run}-{i}-{s.key.replace('/', '_')}",
-                retries=self.retries,
-                pure=False,
-            )
-            futures[f.key] = (f, s)
         try:
+            # inside the try: `specs` may build models lazily while earlier cases already run,
+            # and Ctrl+C there must cancel those too
+            for i, s in enumerate(specs):
+                f = self.client.submit(
+                    run_case_task,
+                    s,
+                    cancel,
+                    key=f"raptor-case-{run}-{i}-{s.key.replace('/', '_')}",
+                    retries=self.retries,
+                    pure=False,
+                )
+                futures[f.key] = (f, s)
             for fut in as_completed([f for f, _ in futures.values()], loop=self.client.loop):
                 spec = futures[fut.key][1]
                 if fut.status == "finished":
