@@ -23,6 +23,8 @@ from raptor.options import (
     ROW_SEGMENTS,
     SMALL_LAYER_GROUP_TILES_LATENCY,
     SMALL_LAYER_PIXELS,
+    VECTOR_SPLIT,
+    VECTOR_SPLITS_LATENCY,
     CompileOptions,
 )
 
@@ -122,6 +124,7 @@ def compile_options(args: argparse.Namespace) -> CompileOptions:
         pack_pixels=args.pim_pack_pixels,
         crossbar_shares=args.pim_crossbar_shares,
         fill_shares=args.pim_fill_shares,
+        vector_splits=args.pim_vector_splits,
         finalists=args.pim_finalists,
         compiler=args.compiler,
         replication=args.replication,
@@ -529,6 +532,20 @@ def build_parser() -> argparse.ArgumentParser:
         "replicas of the slowest layer, kept likewise when its estimated schedule ends first; "
         "none: no such plan "
         f"(default: {' '.join(f'{x:g}' for x in FILL_SHARES)})",
+    )
+    cp.add_argument(
+        "--pim-vector-splits",
+        type=int,
+        nargs="*",
+        default=None,
+        metavar="N",
+        help="Raptor, latency mode: also plan once for each N with vector layers (pools) split "
+        "until each node takes at most 1/N of the slowest GEMM node's time (instead of "
+        f"1/{VECTOR_SPLIT}), with the winning plan's replication, kept when its estimated "
+        "schedule ends first and its NoC plan returns no more consumers to host memory; none: "
+        "no such plan "
+        f"(default: {' '.join(map(str, VECTOR_SPLITS_LATENCY))} in a planned latency compile "
+        "with the NoC dataflow)",
     )
     cp.add_argument(
         "--print-passes",

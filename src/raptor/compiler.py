@@ -6,6 +6,7 @@ The Spatial passes come from the options (raptor.spatial.passes); `pass_list` na
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -23,7 +24,7 @@ from raptor.errors import PassFailedError
 from raptor.frontend.graph import Graph
 from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram, write_pimdir
-from raptor.options import FINALIST_MARGIN, CompileOptions
+from raptor.options import FINALIST_MARGIN, VECTOR_SPLIT, CompileOptions
 from raptor.pim.deadlock import DeadlockReport, check_programs
 from raptor.result import (
     CompileResult,
@@ -222,7 +223,10 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     raptor.options.CROSSBAR_SHARES_LATENCY, fewer replicas) and each of `opts.fill_shares` (the
     rest of the crossbars then buying replicas of the slowest layer; FILL_SHARES), the
     variant that won is planned and repacked again (if it has chunks, with both kinds of chunks),
-    and kept only when it ends strictly first. All that runs with the first row-group size in
+    and kept only when it ends strictly first; then so is, with the replication of the winner so
+    far, each finer vector split in `opts.vector_splits` (VECTOR_SPLITS_LATENCY), unless its NoC
+    pass returns more consumer units to host memory than the winner's (their estimate misses
+    the host traffic and tokens that follow). All that runs with the first row-group size in
     `opts.small_layer_group_tiles` for the layers of at most raptor.options.SMALL_LAYER_PIXELS
     output pixels; each further size (a tiling that changes no layer's row groups, or whose
     plans do not fit the chip, is skipped) plans every replication again but only with the
@@ -268,6 +272,7 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
             "order_delay": recipe.order_delay,
             "crossbar_share": recipe.crossbar_share,
             "fill_slowest": recipe.fill_slowest,
+            "vector_split": recipe.vector_split,
         }
         planned = _planned(arch, sg, passes, at, timed, **changes)
         return [_Final(recipe.label, planned, None, None)]
@@ -330,6 +335,7 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
                 c.pack,
                 c.row_chunks,
                 c.order_delay,
+                c.vector_split,
             ),
         )
         for c in finals
@@ -363,19 +369,28 @@ def _search(
     """The candidate plans of one tiling (`_plan`): (the one whose estimate ends first, None when
     `chunks_only` left no candidate; every candidate). The variants: contiguous ranges, row
     chunks (not with `--pim-disable-row-chunks`) and pixel chunks, the later replications only
-    those of the first one's winner (contiguous ranges, or both kinds of chunks); `chunks_only`:
+    those of the first one's winner (contiguous ranges, or both kinds of chunks), then the finer
+    vector splits with the replication of the winner so far (`_plan`); `chunks_only`:
     only this (pixel chunks, row chunks), the first tiling's winner (trying both kinds of chunks
     in every tiling measured the same on the 8 latency cases, googlenet's compiles 36-42 -> 50 s)."""
     pipelined = opts.mode == "throughput"
-    replications = [(x, False) for x in opts.crossbar_shares]
-    replications += [(x, True) for x in opts.fill_shares]
+    replications = [(x, False, VECTOR_SPLIT) for x in opts.crossbar_shares]
+    replications += [(x, True, VECTOR_SPLIT) for x in opts.fill_shares]
+    n_shares = len(replications)
     best = None
     cands: list[_Candidate] = []
     chunked_est = math.inf
     tried: list[list[ComputeNode]] = []
-    for k, (share, fill) in enumerate(replications):
+    for k in itertools.count():
         if best is None and k:
             break  # every candidate's order got stuck
+        if k == n_shares:  # the finer vector splits, with the replication that won
+            replications += [
+                (best.crossbar_share, best.fill_slowest, n) for n in opts.vector_splits
+            ]
+        if k == len(replications):
+            break
+        share, fill, split = replications[k]
         variants = [(False, False)]
         if passes[at].chunks:
             variants[:0] = (
@@ -389,8 +404,11 @@ def _search(
                 "row_chunks": rows,
                 "crossbar_share": share,
                 "fill_slowest": fill,
+                "vector_split": split,
             }
             planned = _planned(arch, sg, passes, at, timed, **how)
+            if split != VECTOR_SPLIT and _demoted(planned) > _demoted(best.planned):
+                continue  # finer pool nodes whose line buffers do not all fit local memory
             if chunks and not any(n.chunk for n in planned.nodes):
                 continue  # no layer to interleave: the same plan as contiguous ranges
             if planned.nodes in tried:
@@ -398,7 +416,7 @@ def _search(
                 # another replication bought the same replicas)
             tried.append(planned.nodes)
             est, first = _trial(arch, planned, timed)
-            label = _label(chunks, share, fill, *tag, rows=rows)
+            label = _label(chunks, share, fill, *tag, rows=rows, split=split)
             sg.notes.plan_estimates_ns[label] = est
             span = _core_span_ns(first)
             cand = _Candidate(est, span, planned, first, None, label, **how, tag=tag)
@@ -417,19 +435,32 @@ def _search(
     return best, cands
 
 
+def _demoted(planned) -> int:
+    """Consumer units a plan's NoC pass returned to host memory (spatial/noc.py)."""
+    return sum(planned.noc.demoted.values()) if planned.noc is not None else 0
+
+
 def _label(
-    chunks: bool, share: float, fill: bool, small: int = 0, pack: int = 0, rows: bool = False
+    chunks: bool,
+    share: float,
+    fill: bool,
+    small: int = 0,
+    pack: int = 0,
+    rows: bool = False,
+    split: int = VECTOR_SPLIT,
 ) -> str:
     """A candidate plan's name in plan_estimates_ns: "chunked", "rows" (pixel chunks, those of
     the layers with rows enough whole output rows) or "contiguous", "@share" when its
     replication could buy only that share of the crossbars by time cut, "+fill" when the rest then
     bought replicas of the slowest layer, "/small<N>" when the layers of few pixels were cut into
     row groups of N tiles, "/pack<K>" when remainder tiles were packed K pixels at a time instead
-    of the first of `pack_pixels`."""
+    of the first of `pack_pixels`, "/split<N>" when vector layers were split to 1/N of the
+    slowest GEMM node instead of 1/VECTOR_SPLIT."""
     kind = ("rows" if rows else "chunked") if chunks else "contiguous"
     name = kind + ("" if share == 1.0 else f"@{share:g}")
     name += ("+fill" if fill else "") + (f"/small{small}" if small else "")
-    return name + (f"/pack{pack}" if pack else "")
+    name += f"/pack{pack}" if pack else ""
+    return name + ("" if split == VECTOR_SPLIT else f"/split{split}")
 
 
 class _Final(NamedTuple):
@@ -460,6 +491,7 @@ class _Candidate(NamedTuple):
     fill_slowest: bool
     tag: tuple[int, int] = (0, 0)  # (small-layer row-group tiles, pack pixels; 0: the first)
     order_delay: bool = False  # placed by layer-order delays (`_delay_repack`)
+    vector_split: int = VECTOR_SPLIT  # vector layers split to 1/N of the slowest GEMM node
 
     @property
     def small_tiles(self) -> int:
@@ -477,6 +509,7 @@ class _Candidate(NamedTuple):
             "row_chunks": self.row_chunks,
             "crossbar_share": self.crossbar_share,
             "fill_slowest": self.fill_slowest,
+            "vector_split": self.vector_split,
         }
 
 
@@ -555,7 +588,12 @@ def _repack(
     `order_delay`, rounds by layer-order delays instead of load, `_delay_repack`). Returns the
     `_Candidate` of every round that shortened the estimate."""
     label = _label(
-        how["chunks"], how["crossbar_share"], how["fill_slowest"], *tag, rows=how["row_chunks"]
+        how["chunks"],
+        how["crossbar_share"],
+        how["fill_slowest"],
+        *tag,
+        rows=how["row_chunks"],
+        split=how["vector_split"],
     )
     label += "_delay" if how.get("order_delay") else "_repacked"
     out = []
@@ -727,6 +765,7 @@ def _report(arch, opts, sg, prog: PimProgram, stats, est, times) -> dict[str, An
         "plan_estimates_ns": dict(sg.notes.plan_estimates_ns),
         "crossbar_share": sg.crossbar_share,
         "crossbar_fill": sg.crossbar_fill,
+        "vector_split": sg.vector_split,
         "pixel_chunks": _pixel_chunks(sg),
         "row_chunks": _row_chunks(sg),
         "layer_cores": _layer_cores(sg),

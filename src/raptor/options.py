@@ -103,6 +103,28 @@ CROSSBAR_SHARES_LATENCY = (1.0, 0.9, 0.85)
 # 74.9, vgg8 arch-b 336 -> 333 (misranked), the other three unchanged.
 FILL_SHARES = (0.85,)
 
+# Latency mode: a vector layer (a pool) is split into pixel ranges until each node takes at most
+# 1 / VECTOR_SPLIT of the slowest GEMM node's time (spatial/planning.py choose_replication; the
+# global-memory floor would leave it on one core). Its nodes hold contiguous ranges, so the node
+# of the last rows does all its work after its producer's last rows. Measured arch-a: 1/4 vs 1/1
+# resnet18 38.7 -> 37.6 ms, vgg8 6.82 -> 6.66, googlenet 44.9 -> 44.8 (host-memory dataflow).
+VECTOR_SPLIT = 4
+
+# Finer vector splits a planned latency compile with the NoC dataflow also plans, each once with
+# the replication of the plan that won (its crossbar share and fill) and that plan's kind of
+# chunks: vector layers split until each node takes at most 1 / N of the slowest GEMM node's time
+# instead of 1 / VECTOR_SPLIT, kept when its message order ends first: the shorter the last
+# node's range, the shorter the tail after its producer (vgg8 arch-a: pool2 in 4 nodes ended
+# 231 us after conv1, in 32 nodes 22 us after; pool5 63 -> 4 us after conv4). A split whose NoC
+# plan returns more consumer units to host memory than the winner's (their line buffers do not
+# fit local memory) is not planned: googlenet arch-a at 1/16, 175 units demoted, took 23.2 ms
+# against an estimate of 8.9. Measured on the 8 default latency cases against none (geometric
+# mean of latency): (32,) 0.975 (vgg8 arch-a 2.202 -> 1.880 ms, arch-b 1.877 -> 1.799, the other
+# six kept their plans); (8, 16, 32) 0.979 (resnet18 arch-a took 1/16 on a better estimate,
+# +2.6 %); 1/64 alone, vgg8 1.977 / 1.797 ms. Every vector layer at 1/16 without the guard or
+# the comparison: 1.143 (googlenet 2.2x / 1.4x the time).
+VECTOR_SPLITS_LATENCY = (32,)
+
 
 @dataclass(frozen=True)
 class CompileOptions:
@@ -143,6 +165,9 @@ class CompileOptions:
     # Raptor: shares after which the rest of the crossbars buys replicas of the slowest layer, one
     # more candidate plan each; None: FILL_SHARES
     fill_shares: tuple[float, ...] | None = None
+    # Raptor: finer vector splits, one more candidate plan each (VECTOR_SPLITS_LATENCY); None:
+    # VECTOR_SPLITS_LATENCY for a planned latency compile with the NoC dataflow, else none
+    vector_splits: tuple[int, ...] | None = None
     # Raptor, latency mode: plans programmed and simulated, the estimate's best and runners-up
     # within FINALIST_MARGIN of it; the fastest is kept (1: the estimate's choice)
     finalists: int = FINALISTS
@@ -206,6 +231,14 @@ class CompileOptions:
         crossbar = CROSSBAR_SHARES_LATENCY if self.mode == "latency" else (1.0,)
         self._set_shares("crossbar", crossbar, empty_ok=False)
         self._set_shares("fill", FILL_SHARES, empty_ok=True)
+        if self.vector_splits is None:
+            planned = self.compiler == "raptor" and not self.disable_spatial_planning
+            noc = planned and not self.disable_noc_dataflow and self.mode == "latency"
+            object.__setattr__(self, "vector_splits", VECTOR_SPLITS_LATENCY if noc else ())
+        splits = tuple(int(k) for k in self.vector_splits)
+        object.__setattr__(self, "vector_splits", splits)
+        if any(k < 1 for k in splits) or len(set(splits)) < len(splits):
+            raise RaptorError(f"vector splits must be distinct numbers >= 1, got {list(splits)}")
         if self.compiler not in ("raptor", "pimcomp"):
             raise RaptorError(f"unknown compiler {self.compiler!r} (raptor or pimcomp)")
         if self.replication not in ("balance", "W0H0", "uniform"):

@@ -28,12 +28,10 @@ def test_the_finalist_that_simulates_faster_is_kept(resnet18):
     (1.89 vs 1.94 ms simulated; the third finalist, 1.9 % behind, 1.98 ms); the compiler keeps
     it. With one finalist it keeps the estimate's first, which runs slower. (Without packed
     remainder tiles, with row segments of at least two pixels and without the 1-tile small-layer
-    tiling: the plans these figures describe, test_pack.py.)"""
-    res = compile_model(
-        resnet18,
-        ARCH,
-        CompileOptions(pack_pixels=1, row_segment_pixels=2, small_layer_group_tiles=(0, 2)),
-    )
+    tiling: the plans these figures describe, test_pack.py; and without the finer vector splits,
+    test_vector_splits.py.)"""
+    same = {"pack_pixels": 1, "row_segment_pixels": 2, "small_layer_group_tiles": (0, 2)}
+    res = compile_model(resnet18, ARCH, CompileOptions(vector_splits=(), **same))
     fin = res.report["plan_finalists_ns"]
     est = res.report["plan_estimates_ns"]
     assert len(fin) == 3  # the estimate's best first, then the runners-up by estimate
@@ -44,13 +42,7 @@ def test_the_finalist_that_simulates_faster_is_kept(resnet18):
     assert kept == fin[second]
     assert res.report["pass_time_s"]["finalists"] > 0
 
-    one = compile_model(
-        resnet18,
-        ARCH,
-        CompileOptions(
-            finalists=1, pack_pixels=1, row_segment_pixels=2, small_layer_group_tiles=(0, 2)
-        ),
-    )
+    one = compile_model(resnet18, ARCH, CompileOptions(finalists=1, vector_splits=(), **same))
     assert "plan_finalists_ns" not in one.report
     assert simulate(one.program, ARCH, "latency", 1).latency_ns == fin[first]
 

@@ -244,10 +244,12 @@ def test_window_packing_cuts_googlenet_latency():
     load within their layers' time windows of the estimated execution: the kept plan is a
     repacked one, estimated shorter than either unrepacked plan, and the simulated latency drops
     by more than 5 % (measured 2.46 -> 2.27 ms) with the same crossbars and the same values
-    (both plan with every crossbar: one share, test_crossbar_shares.py covers the others)."""
+    (both plan with every crossbar: one share, test_crossbar_shares.py covers the others; and
+    one vector split, test_vector_splits.py the finer ones)."""
     arch = load_arch("arch-a")
     model = build_model("googlenet", input_size=64)
     one = {"crossbar_shares": (1.0,), "fill_shares": (), "small_layer_group_tiles": (0,)}
+    one["vector_splits"] = ()
     res, rep, err = _values(model, arch, CompileOptions(**one), 64)
     off = CompileOptions(disable_window_packing=True, **one)
     res_o, rep_o, err_o = _values(model, arch, off, 64)
@@ -297,13 +299,16 @@ def test_demoted_mixed_node_reads_its_window_under_tokens():
 @pytest.mark.parametrize(
     "name,hw,arch_name,opts",
     [
-        # (segments of at least two pixels, the estimate's plan: the one the docstring describes;
-        # with OUT_BYTES 1 another finalist may simulate faster and have no mixed node)
+        # (segments of at least two pixels, the estimate's plan without the finer vector splits:
+        # the one the docstring describes; with OUT_BYTES 1 another finalist may simulate faster
+        # and have no mixed node)
         (
             "vgg8",
             16,
             "arch-a",
-            CompileOptions(disable_synchronization=True, row_segment_pixels=2, finalists=1),
+            CompileOptions(
+                disable_synchronization=True, row_segment_pixels=2, finalists=1, vector_splits=()
+            ),
         ),
         ("vgg8", 16, "arch-b", CompileOptions(disable_synchronization=True, finalists=1)),
         ("googlenet", 64, "arch-a", CompileOptions(mode="throughput", pipeline=2)),
@@ -351,8 +356,9 @@ def test_same_core_residual_is_copied_from_its_producers_rows(monkeypatch):
 
     arch = load_arch("arch-b")
     model = build_model("resnet18", input_size=32)
-    # the plan of one tiling (test_small_layers.py), without packed remainders (test_pack.py)
-    one = {"small_layer_group_tiles": (0,), "pack_pixels": 1}
+    # the plan of one tiling (test_small_layers.py), without packed remainders (test_pack.py) and
+    # finer vector splits (test_vector_splits.py)
+    one = {"small_layer_group_tiles": (0,), "pack_pixels": 1, "vector_splits": ()}
     res, _, err = _values(model, arch, CompileOptions(disable_synchronization=True, **one), 32)
     nd = res.report["noc_dataflow"]
     assert err <= 1e-3

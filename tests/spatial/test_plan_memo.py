@@ -100,6 +100,9 @@ def test_recipe_round_trip_and_unreadable_memo(tmp_path):
     delay = PlanRecipe(True, windows, est, 0.9, False, 0, "rows@0.9_delay2", 0, True, True)
     memo.put(delay)
     assert memo.get() == delay and memo.get().order_delay
+    split = PlanRecipe(True, windows, est, 0.9, False, 0, "rows@0.9/split32_repacked3", 0, True, False, 32)  # fmt: skip
+    memo.put(split)
+    assert memo.get() == split and memo.get().vector_split == 32
     memo.path.write_text("{not json")
     assert memo.get() is None
     memo.path.write_text(json.dumps({**r.to_json(), "format": 0}))
@@ -144,8 +147,10 @@ def test_a_repacking_round_that_places_alike_is_not_ordered(monkeypatch):
     monkeypatch.setattr(
         message_order, "order_messages", lambda a, sg: calls.append(1) or order(a, sg)
     )
-    # (the smaller crossbar shares buy the same replicas here; no fill share: one more plan)
-    res = compiler.compile_model(toy_resnet(hw=16), ARCH, CompileOptions(fill_shares=()))
+    # (the smaller crossbar shares buy the same replicas here; no fill share or finer vector
+    # split: one more plan each)
+    opts = CompileOptions(fill_shares=(), vector_splits=())
+    res = compiler.compile_model(toy_resnet(hw=16), ARCH, opts)
     est = res.report["plan_estimates_ns"]
     same = est["contiguous"]
     assert est == {"contiguous": same, "contiguous_repacked1": same, "contiguous_delay1": same}

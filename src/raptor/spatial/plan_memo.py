@@ -8,7 +8,8 @@ decides is a `PlanRecipe`: whether the winning plan has pixel chunks (and whethe
 layers with rows enough are whole output rows), the layer windows its
 placement packed by (None: packed by total load), the share of the crossbars its replication
 bought (and whether the rest then bought replicas of the slowest layer), the row-group size of
-its layers of few pixels (raptor.options.SMALL_LAYER_PIXELS), and the estimate of
+its layers of few pixels (raptor.options.SMALL_LAYER_PIXELS), how finely its vector layers are
+split (raptor.options.VECTOR_SPLIT), and the estimate of
 every candidate (the compile report's `plan_estimates_ns`). The planning pass given the recipe's
 fields rebuilds exactly the winning plan, so a compile that finds its recipe here writes the
 same program and report, minus the comparison's time.
@@ -36,10 +37,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from raptor.arch import Arch
-from raptor.options import CompileOptions
+from raptor.options import VECTOR_SPLIT, CompileOptions
 
 MEMO_DIR = "plans"
-FORMAT = 7
+FORMAT = 8
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class PlanRecipe:
     pack: int = 0  # pixels per remainder mvmul (0: the first of the options' pack_pixels)
     row_chunks: bool = False  # the chunks of the layers with rows enough are whole output rows
     order_delay: bool = False  # packed by layer-order delays (raptor.compiler._repack)
+    vector_split: int = VECTOR_SPLIT  # latency: vector layers split to 1/N of the slowest GEMM
 
     def to_json(self) -> dict:
         windows = None
@@ -73,6 +75,7 @@ class PlanRecipe:
             "pack": self.pack,
             "row_chunks": self.row_chunks,
             "order_delay": self.order_delay,
+            "vector_split": self.vector_split,
         }
 
     @staticmethod
@@ -84,9 +87,19 @@ class PlanRecipe:
         estimates = {str(k): float(v) for k, v in d["estimates"].items()}
         share, fill = float(d["crossbar_share"]), bool(d["fill_slowest"])
         small, label, pack = int(d["small_tiles"]), str(d["label"]), int(d["pack"])
-        rows, delay = bool(d["row_chunks"]), bool(d["order_delay"])
+        rows, delay, split = bool(d["row_chunks"]), bool(d["order_delay"]), int(d["vector_split"])
         return PlanRecipe(
-            bool(d["chunks"]), windows, estimates, share, fill, small, label, pack, rows, delay
+            bool(d["chunks"]),
+            windows,
+            estimates,
+            share,
+            fill,
+            small,
+            label,
+            pack,
+            rows,
+            delay,
+            split,
         )
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from raptor.arch import Arch
 from raptor.arch.timing import memory_latency_ns
 from raptor.errors import PassFailedError
+from raptor.options import VECTOR_SPLIT
 from raptor.spatial.cost import lane_bus_ns, lane_table, node_ns, plan_lane_ns
 from raptor.spatial.ir import ComputeNode, LayerKind, NodeKind, SpatialGraph
 from raptor.spatial.merging import pack_balanced, pack_plain
@@ -49,12 +50,15 @@ def choose_replication(
     latency: bool = False,
     noc: bool = False,
     fill_scale: float | None = None,
+    vector_split: int = VECTOR_SPLIT,
 ) -> tuple[dict[int, int], dict[int, int]]:
     """(replicas per GEMM layer, splits per vector layer / reduce step) by water-filling. With
     `noc` (the NoC dataflow follows), a layer fed core to core puts no load on global memory and
     any other reads its input rows once through line buffers. With `fill_scale`, the crossbars
     between `budget_scale` and `fill_scale` of the chip's then buy replicas of the slowest layer,
-    one at a time, until it no longer fits (`SpatialPlanningPass.fill_slowest`)."""
+    one at a time, until it no longer fits (`SpatialPlanningPass.fill_slowest`). In latency mode
+    a vector layer is split until its nodes take at most 1 / `vector_split` of the slowest GEMM
+    node's time (raptor.options.VECTOR_SPLIT)."""
     fed = noc_edges(sg) if noc else {}
     gemm = {}
     total_work = bus_total = 0.0
@@ -121,10 +125,8 @@ def choose_replication(
             reps[i] += 1
             budget -= xb
     slowest = max([t * math.ceil(p / reps[i]) for i, (t, p, _, _) in gemm.items()], default=0.0)
-    # latency: layers overlap by row bands, so a vector layer is split until its nodes take at
-    # most a quarter of the slowest GEMM node (the global-memory floor would leave it on one core;
-    # measured arch-a: 1/4 vs 1/1 resnet18 38.7 -> 37.6 ms, vgg8 6.82 -> 6.66, googlenet 44.9 -> 44.8)
-    target = slowest / 4 if latency and slowest > 0 else max(floor_ns, slowest)
+    # latency: layers overlap by row bands, so a vector layer is split (options.VECTOR_SPLIT)
+    target = slowest / vector_split if latency and slowest > 0 else max(floor_ns, slowest)
     splits = {
         i: max(1, min(sg.layers[i].out_pixels, math.ceil(w / target))) for i, w in vec_work.items()
     }
@@ -237,6 +239,8 @@ class SpatialPlanningPass:
     crossbar_share: float = 1.0
     # then spend the rest of the crossbars on replicas of the slowest layer (choose_replication)
     fill_slowest: bool = False
+    # latency: vector layers split to 1 / this of the slowest GEMM node (choose_replication)
+    vector_split: int = VECTOR_SPLIT
     name: ClassVar[str] = "spatial-planning"
 
     def apply(self, arch: Arch, sg: SpatialGraph) -> SpatialGraph:
@@ -247,8 +251,9 @@ class SpatialPlanningPass:
         fed = noc_edges(sg) if self.chunks and self.noc else None
         for scale in (1.0, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.0):
             fill = scale if self.fill_slowest else None
+            share = scale * self.crossbar_share
             reps, splits = choose_replication(
-                arch, sg, scale * self.crossbar_share, self.latency, self.noc, fill
+                arch, sg, share, self.latency, self.noc, fill, self.vector_split
             )
             chunks = choose_chunks(sg, reps, fed) if fed is not None else {}
             rows = choose_row_chunks(sg, reps, chunks) if self.row_chunks else frozenset()
@@ -283,6 +288,7 @@ class SpatialPlanningPass:
             core_count=arch.core_count,
             crossbar_share=self.crossbar_share,
             crossbar_fill=self.fill_slowest,
+            vector_split=self.vector_split if self.latency else None,
         )
         out.replication = {sg.layers[i].name: r for i, r in reps.items()}
         return out
