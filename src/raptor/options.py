@@ -103,11 +103,12 @@ CROSSBAR_SHARES_LATENCY = (1.0, 0.9, 0.85)
 # 74.9, vgg8 arch-b 336 -> 333 (misranked), the other three unchanged.
 FILL_SHARES = (0.85,)
 
-# Latency mode: a vector layer (a pool) is split into pixel ranges until each node takes at most
-# 1 / VECTOR_SPLIT of the slowest GEMM node's time (spatial/planning.py choose_replication; the
-# global-memory floor would leave it on one core). Its nodes hold contiguous ranges, so the node
-# of the last rows does all its work after its producer's last rows. Measured arch-a: 1/4 vs 1/1
-# resnet18 38.7 -> 37.6 ms, vgg8 6.82 -> 6.66, googlenet 44.9 -> 44.8 (host-memory dataflow).
+# A planned compile (the latency objective, which both modes plan with: spatial/passes.py) splits
+# a vector layer (a pool) into pixel ranges until each node takes at most 1 / VECTOR_SPLIT of the
+# slowest GEMM node's time (spatial/planning.py choose_replication; the global-memory floor would
+# leave it on one core). Its nodes hold contiguous ranges, so the node of the last rows does all
+# its work after its producer's last rows. Measured arch-a: 1/4 vs 1/1 resnet18 38.7 -> 37.6 ms,
+# vgg8 6.82 -> 6.66, googlenet 44.9 -> 44.8 (host-memory dataflow).
 VECTOR_SPLIT = 4
 
 # Finer vector splits a planned latency compile with the NoC dataflow also plans, each once with

@@ -243,7 +243,7 @@ class SpatialGraph:
     replication: dict[str, int] = field(default_factory=dict)
     crossbar_share: float = 1.0  # share of the chip's crossbars the replication could buy
     crossbar_fill: bool = False  # the rest then bought replicas of the slowest layer
-    # latency: vector layers split to 1 / this of the slowest GEMM node (raptor.options.VECTOR_SPLIT)
+    # latency objective: vector layers split to 1/N of the slowest GEMM node (options.VECTOR_SPLIT)
     vector_split: int | None = None
     notes: SpatialNotes = field(default_factory=SpatialNotes)
     noc: object | None = None  # raptor.spatial.noc.NocPlan: edges carried over the NoC

@@ -57,7 +57,7 @@ class PlanRecipe:
     pack: int = 0  # pixels per remainder mvmul (0: the first of the options' pack_pixels)
     row_chunks: bool = False  # the chunks of the layers with rows enough are whole output rows
     order_delay: bool = False  # packed by layer-order delays (raptor.compiler._repack)
-    vector_split: int = VECTOR_SPLIT  # latency: vector layers split to 1/N of the slowest GEMM
+    vector_split: int = VECTOR_SPLIT  # vector layers split to 1/N of the slowest GEMM node
 
     def to_json(self) -> dict:
         windows = None

@@ -239,7 +239,7 @@ class SpatialPlanningPass:
     crossbar_share: float = 1.0
     # then spend the rest of the crossbars on replicas of the slowest layer (choose_replication)
     fill_slowest: bool = False
-    # latency: vector layers split to 1 / this of the slowest GEMM node (choose_replication)
+    # with the latency objective: vector layers split to 1 / this of the slowest GEMM node
     vector_split: int = VECTOR_SPLIT
     name: ClassVar[str] = "spatial-planning"
 
