@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -316,8 +317,11 @@ def test_worker_that_cannot_see_the_out_dir_stops_the_run(cluster, tmp_path):
 
 
 def test_worker_killed_mid_case_has_its_case_rerun(cluster, local_ablation, tmp_path):
-    """Last in the file: it leaves the cluster with one worker."""
+    """Last in the file: it leaves the cluster with one worker. The killed attempt's result
+    and stderr files were in the run's scratch directory, which the run removes: nothing is
+    left there or in the temporary directory."""
     out = tmp_path / "suite"
+    before = set(Path(tempfile.gettempdir()).glob("raptor-case-*"))
     with distributed.Client(cluster.address, timeout="10s") as c:
         c.wait_for_workers(2, timeout=30)
     proc = subprocess.Popen(
@@ -362,3 +366,5 @@ def test_worker_killed_mid_case_has_its_case_rerun(cluster, local_ablation, tmp_
     assert (case / "raptor/pim/config.json").is_file()
     leftovers = [p for p in case.rglob(".*") if p.name.startswith(".pim.") or p.suffix == ".tmp"]
     assert not leftovers
+    assert not (out / ex.SCRATCH_DIR).exists()
+    assert set(Path(tempfile.gettempdir()).glob("raptor-case-*")) <= before

@@ -14,6 +14,9 @@ with one case becomes an `ERROR` result carrying its log. Ctrl+C (KeyboardInterr
   becomes an ERROR row instead of taking the worker down. A worker that dies mid-case has the
   case rerun on another worker by the scheduler; only the successful attempt's result reaches
   the client. At start, probe tasks check that every worker sees the out-dir at the same path.
+  A case process hands its result back through files in the run's scratch directory under the
+  out-dir (`SCRATCH_DIR`), which the client removes when the run ends: a worker killed mid-case
+  leaves nothing behind there, nor in the workers' temporary directories.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import os
 import pickle
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,6 +41,7 @@ CLUSTER_HINT = "pip install '.[cluster]'"
 DASK_RETRIES = 2  # task-level retries (exceptions); worker deaths are rescheduled by the scheduler
 WAIT_FOR_WORKERS_S = float(os.environ.get("RAPTOR_DASK_WAIT_S", "60"))
 PROBE_DIR = ".raptor-probe"
+SCRATCH_DIR = ".raptor-cases"  # per run: the result and stderr files of its case processes
 
 
 class ExecutorError(RuntimeError):
@@ -177,12 +182,15 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def run_case_task(spec: CaseSpec, cancel_event: str | None = None) -> CaseResult:
+def run_case_task(
+    spec: CaseSpec, cancel_event: str | None = None, scratch: str | None = None
+) -> CaseResult:
     """The Dask task: run one case in a child process of the worker; never raises.
 
     The child stays in the worker's process group and also watches its parent (it exits when
     the worker dies). While it runs, the task polls the run's cancel event and kills the child when the
-    client sets it (Ctrl+C).
+    client sets it (Ctrl+C). The child's result and stderr files go to `scratch` (the run's
+    scratch directory, which the client removes; None: the temporary directory).
     """
     host = socket.gethostname()
     try:
@@ -197,7 +205,9 @@ def run_case_task(spec: CaseSpec, cancel_event: str | None = None) -> CaseResult
             f"out-dir not visible on dask worker {where}: {spec.model_path} is missing "
             "(the out-dir must be on a filesystem every worker sees, at the same path)",
         )
-    fd, result_path = tempfile.mkstemp(prefix="raptor-case-", suffix=".pkl")
+    if scratch is not None:
+        os.makedirs(scratch, exist_ok=True)
+    fd, result_path = tempfile.mkstemp(prefix="raptor-case-", suffix=".pkl", dir=scratch)
     os.close(fd)
     env = dict(os.environ, OMP_NUM_THREADS="1", RAPTOR_CASE_WORKER=f"dask worker {where}")
     stderr_path = result_path + ".stderr"
@@ -254,6 +264,7 @@ class DaskExecutor(Executor):
         distributed = _import_distributed()
         self.address = address
         self.retries = retries
+        self.out_dir = Path(out_dir).resolve()
         self.description = f"dask {address}"
         try:
             self.client = distributed.Client(address, timeout="10s", set_as_default=False)
@@ -351,6 +362,7 @@ class DaskExecutor(Executor):
         cancel = f"raptor-cancel-{run}"
         event = Event(cancel, client=self.client)
         futures = {}
+        scratch = self.out_dir / SCRATCH_DIR / run
         try:
             # inside the try: `specs` may build models lazily while earlier cases already run,
             # and Ctrl+C there must cancel those too
@@ -359,6 +371,7 @@ class DaskExecutor(Executor):
                     run_case_task,
                     s,
                     cancel,
+                    str(scratch),
                     key=f"raptor-case-{run}-{i}-{s.key.replace('/', '_')}",
                     retries=self.retries,
                     pure=False,
@@ -382,6 +395,12 @@ class DaskExecutor(Executor):
             finally:
                 self.client.cancel([f for f, _ in futures.values()], force=True)
             raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+            try:
+                scratch.parent.rmdir()
+            except OSError:
+                pass  # absent, or another run's scratch is there too
 
     def close(self) -> None:
         try:
