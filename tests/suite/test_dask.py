@@ -280,6 +280,7 @@ def test_ctrl_c_cancels_queued_and_running_cases(cluster, tmp_path):
         time.sleep(0.2)
     assert not running & set(_case_children())
     assert not (out / "results_ablation.csv").exists()
+    assert not list(out.rglob(ex.SCRATCH_DIR))  # the run's scratch directory went with it
     with distributed.Client(cluster.address, timeout="10s") as c:  # nothing left queued
         deadline = time.time() + 10
         while time.time() < deadline and any(c.processing().values()):

@@ -190,7 +190,8 @@ def run_case_task(
     The child stays in the worker's process group and also watches its parent (it exits when
     the worker dies). While it runs, the task polls the run's cancel event and kills the child when the
     client sets it (Ctrl+C). The child's result and stderr files go to `scratch` (the run's
-    scratch directory, which the client removes; None: the temporary directory).
+    scratch directory, which the client makes and removes: a task that finds it gone belongs to
+    a run that is over; None: the temporary directory).
     """
     host = socket.gethostname()
     try:
@@ -205,8 +206,8 @@ def run_case_task(
             f"out-dir not visible on dask worker {where}: {spec.model_path} is missing "
             "(the out-dir must be on a filesystem every worker sees, at the same path)",
         )
-    if scratch is not None:
-        os.makedirs(scratch, exist_ok=True)
+    if scratch is not None and not os.path.isdir(scratch):
+        return error_result(spec, "cancelled")  # the run is over: the client removed it
     fd, result_path = tempfile.mkstemp(prefix="raptor-case-", suffix=".pkl", dir=scratch)
     os.close(fd)
     env = dict(os.environ, OMP_NUM_THREADS="1", RAPTOR_CASE_WORKER=f"dask worker {where}")
@@ -363,6 +364,7 @@ class DaskExecutor(Executor):
         event = Event(cancel, client=self.client)
         futures = {}
         scratch = self.out_dir / SCRATCH_DIR / run
+        scratch.mkdir(parents=True)
         try:
             # inside the try: `specs` may build models lazily while earlier cases already run,
             # and Ctrl+C there must cancel those too
