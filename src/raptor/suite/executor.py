@@ -182,16 +182,14 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def run_case_task(
-    spec: CaseSpec, cancel_event: str | None = None, scratch: str | None = None
-) -> CaseResult:
+def run_case_task(spec: CaseSpec, scratch: str, cancel_event: str | None = None) -> CaseResult:
     """The Dask task: run one case in a child process of the worker; never raises.
 
     The child stays in the worker's process group and also watches its parent (it exits when
     the worker dies). While it runs, the task polls the run's cancel event and kills the child when the
     client sets it (Ctrl+C). The child's result and stderr files go to `scratch` (the run's
     scratch directory, which the client makes and removes: a task that finds it gone belongs to
-    a run that is over; None: the temporary directory).
+    a run that is over).
     """
     host = socket.gethostname()
     try:
@@ -206,7 +204,7 @@ def run_case_task(
             f"out-dir not visible on dask worker {where}: {spec.model_path} is missing "
             "(the out-dir must be on a filesystem every worker sees, at the same path)",
         )
-    if scratch is not None and not os.path.isdir(scratch):
+    if not os.path.isdir(scratch):
         return error_result(spec, "cancelled")  # the run is over: the client removed it
     fd, result_path = tempfile.mkstemp(prefix="raptor-case-", suffix=".pkl", dir=scratch)
     os.close(fd)
@@ -372,8 +370,8 @@ class DaskExecutor(Executor):
                 f = self.client.submit(
                     run_case_task,
                     s,
-                    cancel,
                     str(scratch),
+                    cancel,
                     key=f"raptor-case-{run}-{i}-{s.key.replace('/', '_')}",
                     retries=self.retries,
                     pure=False,
