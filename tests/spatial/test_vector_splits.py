@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pim"))
@@ -92,12 +91,10 @@ def test_a_split_that_returns_consumers_to_host_memory_is_not_planned(monkeypatc
     assert guarded.report["vector_split"] == VECTOR_SPLIT
 
 
-def test_vector_split_options(tmp_path, capsys):
+def test_vector_split_options(refused_compile):
     """Finer splits are latency candidates of a planned compile with the NoC dataflow only; they
     must be distinct numbers >= 1, a one-line user error otherwise, and a failed compile writes
     nothing."""
-    from raptor.cli import EXIT_USER_ERROR, main
-
     assert CompileOptions(mode="throughput", pipeline=4).vector_splits == ()
     assert CompileOptions(disable_noc_dataflow=True).vector_splits == ()
     assert CompileOptions(disable_spatial_planning=True).vector_splits == ()
@@ -107,11 +104,5 @@ def test_vector_split_options(tmp_path, capsys):
     for bad in [(32, 32), (0,), (-4,)]:
         with pytest.raises(RaptorError, match="vector splits must be distinct numbers >= 1"):
             CompileOptions(vector_splits=bad)
-    path = tmp_path / "m.onnx"
-    onnx.save(build_model("vgg8", input_size=16), path)
-    out = tmp_path / "o"
-    args = ["compile", str(path), "--arch", "arch-a", "--out", str(out)]
-    assert main([*args, "--pim-vector-splits", "8", "8"]) == EXIT_USER_ERROR
-    _, err = capsys.readouterr()
+    err = refused_compile("--pim-vector-splits", "8", "8")
     assert err == "raptor: error: vector splits must be distinct numbers >= 1, got [8, 8]\n"
-    assert not out.exists()
