@@ -102,6 +102,33 @@ def test_reduce_links_root_takes_one_sum_and_the_last_group_adds_the_bias():
         assert not kids[-1]  # the bias group is a leaf
 
 
+def test_classifier_of_a_flattened_map_puts_its_last_rows_at_the_root():
+    """vgg8's fc0 reads 2x2 pixels x 512 channels flattened (rows in (h, w, c) order): its row
+    groups take the row tiles last first, so group 0 (the tree's root) holds the rows of the
+    last pixel and the last group (the bias leaf) the first ones; resnet18's classifier, whose
+    one input pixel comes whole from the global pool, keeps its tiles in order. Either way every
+    row is covered once per column slice (values: test_noc.py::test_noc_dataflow_values_*)."""
+    from raptor.models import build_model
+    from raptor.spatial.tiling import last_rows_at_root, make_nodes
+
+    arch = load_arch("arch-a")
+    for model, flipped in (("vgg8", True), ("resnet18", False)):
+        g = load_graph(build_model(model, input_size=16 if model == "vgg8" else 32))
+        sg = TilingPass().apply(arch, build_spatial(g, arch.element_bytes))
+        fc = next(ly for ly in sg.layers if ly.name.endswith("fc0" if flipped else "fc"))
+        assert fc.row_groups > 1 and last_rows_at_root(sg, fc) is flipped
+        nodes = [n for n in make_nodes(sg, arch, {}, {}) if n.layer == fc.index]
+        by_group = sorted((n.row_group, n.r0, n.r1) for n in nodes)
+        assert len(by_group) == fc.row_groups
+        starts = [r0 for _, r0, _ in by_group]
+        assert starts == sorted(starts, reverse=flipped)
+        assert sorted((r0, r1) for _, r0, r1 in by_group)[-1][1] == fc.rows
+        assert (by_group[0][2] == fc.rows) is flipped and (by_group[0][1] == 0) is not flipped
+        # every other layer (the convs, vgg8's fc1 reading fc0's one pixel) keeps the order
+        flips = [ly.name for ly in sg.layers if ly.rows and last_rows_at_root(sg, ly)]
+        assert flips == ([fc.name] if flipped else [])
+
+
 def test_split_range_even():
     assert split_range(10, 3) == [(0, 3), (3, 7), (7, 10)]
     assert split_range(2, 5) == [(0, 1), (1, 2)]

@@ -6,9 +6,10 @@ crossbars. One MVM costs the same whatever the array group's width (pimsim-nn ru
 in parallel) and a core runs one instruction at a time, so array groups span as many columns as
 fit: the column slice is the full width unless one row tile at full width exceeds a core (then
 the fewest equal slices that fit). The row tiles of a slice are cut into row groups of as many
-tiles as fit one core; the row groups of one (replica, slice) add their partial sums over the NoC
-in a binomial tree (ir.SpatialGraph.reduce_links: send/recv + vvadd, no host round trip); the
-root, group 0, adds bias, applies the activation and stores. Vector layers
+tiles as fit one core, in tile order (the last tiles first for a classifier reading a flattened
+map, `last_rows_at_root`); the row groups of one (replica, slice) add their partial sums over the
+NoC in a reduction tree (ir.reduce_children, ir.SpatialGraph.reduce_links: send/recv + vvadd, no
+host round trip); its root, group 0, applies the activation and sends or stores. Vector layers
 get one node over all pixels; planning re-splits pixel ranges later.
 """
 
@@ -24,7 +25,15 @@ from raptor.arch import Arch
 from raptor.errors import PassFailedError
 from raptor.options import SMALL_LAYER_PIXELS
 from raptor.spatial.geometry import pool_counts
-from raptor.spatial.ir import Buffer, BufferRole, ComputeNode, LayerKind, NodeKind, SpatialGraph
+from raptor.spatial.ir import (
+    Buffer,
+    BufferRole,
+    ComputeNode,
+    Layer,
+    LayerKind,
+    NodeKind,
+    SpatialGraph,
+)
 from raptor.spatial.noc import mvm_lines_ok
 
 
@@ -128,6 +137,25 @@ def split_range(n: int, parts: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 
+def last_rows_at_root(sg: SpatialGraph, layer: Layer) -> bool:
+    """Whether the row groups of GEMM layer `layer` take its row tiles in reverse order, the last
+    tiles in group 0, the root of every reduction tree (ir.reduce_children). A classifier reading
+    a flattened feature map of several pixels (vgg8's fc0: 4x4 pixels x 512 channels, its rows
+    permuted to (h, w, c) order by build) gets its rows pixel by pixel as the producer's last
+    rows come in, so the tiles of the last pixels are the last to compute: at the root their
+    sums go up the fewest levels (vgg8 fc0's 64 groups: 4 instead of 6 hops after the last
+    pixel). Layers whose one input pixel comes whole (resnet's and googlenet's classifiers after
+    the global pool) keep the order."""
+    v = layer.inputs[0] if layer.inputs else None
+    return (
+        layer.kind == LayerKind.GEMM
+        and layer.row_groups > 1
+        and v is not None
+        and v.pixels == 1
+        and any(p.output.buffer == v.buffer and p.output.pixels > 1 for p in sg.layers)
+    )
+
+
 def make_nodes(
     sg: SpatialGraph,
     arch: Arch,
@@ -161,6 +189,7 @@ def make_nodes(
             ranges = split_range(layer.out_pixels, parts)
             for j, (p0, p1) in enumerate(ranges):
                 rep, chunk = j % reps, j // reps
+                flip = last_rows_at_root(sg, layer)
                 for s in slices:
                     nodes.append(
                         ComputeNode(
@@ -173,7 +202,7 @@ def make_nodes(
                             s.c1,
                             s.r0,
                             s.r1,
-                            s.row_group,
+                            layer.row_groups - 1 - s.row_group if flip else s.row_group,
                             rep,
                             s.crossbars if chunk == 0 else 0,
                             chunk=chunk,
