@@ -187,9 +187,9 @@ def make_nodes(
             reps = max(1, min(replicas.get(i, 1), layer.out_pixels))
             parts = layer.output.height if i in rows else reps * chunks.get(i, 1)
             ranges = split_range(layer.out_pixels, parts)
+            flip = last_rows_at_root(sg, layer)
             for j, (p0, p1) in enumerate(ranges):
                 rep, chunk = j % reps, j // reps
-                flip = last_rows_at_root(sg, layer)
                 for s in slices:
                     nodes.append(
                         ComputeNode(
