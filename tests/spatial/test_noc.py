@@ -412,9 +412,21 @@ def test_row_segments_option_trades_instructions_for_overlap(tmp_path, capsys):
     arch = load_arch("arch-a")
     model = build_model("vgg8", input_size=32)
     # row groups as large as fit a core, so that few sends are partial sums (whose count does
-    # not depend on segments); the estimate's plan, so that both compiles keep the same plan
-    # (and without packed remainders, test_pack.py: the same plan for both segment counts)
-    one = {"row_group_tiles": 0, "finalists": 1, "pack_pixels": 1}
+    # not depend on segments); one plan for both segment counts: the estimate's, of one
+    # replication, tiling and vector split, pixel chunks packed by total load (which core holds
+    # which node decides which pieces are copied on their own core instead of sent, and the
+    # searched candidates rank differently with 1 and 8 segments), no packed remainders
+    one = {
+        "row_group_tiles": 0,
+        "finalists": 1,
+        "pack_pixels": 1,
+        "small_layer_group_tiles": (0,),
+        "crossbar_shares": (1.0,),
+        "fill_shares": (),
+        "vector_splits": (),
+        "disable_window_packing": True,
+        "disable_row_chunks": True,
+    }
     res1, rep1, err1 = _values(model, arch, CompileOptions(row_segments=1, **one), 32)
     res8, rep8, err8 = _values(model, arch, CompileOptions(**one), 32)
     assert ROW_SEGMENTS == 8 and err1 <= 1e-3 and err8 <= 1e-3

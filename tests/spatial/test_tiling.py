@@ -176,3 +176,54 @@ def test_lane_cost_follows_the_tree_and_the_planner_keeps_the_binomial_charge():
     assert lane_ns(arch, ly, node(5)) - plan_lane_ns(arch, ly, node(5)) == pytest.approx(bias)
     one = replace(ly, row_groups=1)
     assert lane_ns(arch, one, node(0)) == plan_lane_ns(arch, one, node(0))
+
+
+def test_flat_groups_at_producers_give_each_producer_core_its_pixels_group():
+    """merging.flat_groups_at_producers: a core holding a producer node of a flattened map
+    (vgg8 16x16: pool8's 2x2 pixels, one node each, each placed on the core of a leaf group of
+    fc0 reading another pixel) gets the group nearest the root among those reading its node's
+    pixels (the last pixel's core: the root, group 0); fc0's groups only trade cores among
+    themselves, one per core, and every other node stays where it was."""
+    from dataclasses import replace
+
+    from raptor.models import build_model
+    from raptor.spatial.merging import flat_groups_at_producers
+    from raptor.spatial.tiling import make_nodes
+
+    arch = load_arch("arch-a")
+    sg = TilingPass().apply(
+        arch, build_spatial(load_graph(build_model("vgg8", input_size=16)), arch.element_bytes)
+    )
+    fc = next(ly for ly in sg.layers if ly.name.endswith("fc0"))
+    pool = next(ly for ly in sg.layers if ly.output.buffer == fc.inputs[0].buffer)
+    assert pool.output.pixels == 4 and fc.row_groups >= 8
+    nodes = make_nodes(sg, arch, {}, {pool.index: pool.output.pixels})
+    placed = [replace(n, core=k) for k, n in enumerate(nodes)]
+    pools = [k for k, n in enumerate(placed) if n.layer == pool.index]
+    leaves = sorted(
+        (k for k, n in enumerate(placed) if n.layer == fc.index), key=lambda k: -placed[k].row_group
+    )
+    for k, f in zip(pools, leaves):  # pixel 0 with the deepest leaf, ..., pixel 3 with another leaf
+        placed[k] = replace(placed[k], core=placed[f].core)
+    ch = pool.output.channels
+
+    def group_on(ns, core):
+        return next(n for n in ns if n.layer == fc.index and n.core == core)
+
+    def best(ns, p):
+        return min(
+            n.row_group for n in ns if n.layer == fc.index and n.r0 < p.p1 * ch and p.p0 * ch < n.r1
+        )
+
+    assert all(group_on(placed, placed[k].core).row_group != best(placed, placed[k]) for k in pools)
+    out = flat_groups_at_producers(sg, placed)
+    for k in pools:
+        assert group_on(out, out[k].core).row_group == best(out, out[k])
+    last = max(pools, key=lambda k: out[k].p1)
+    assert group_on(out, out[last].core).row_group == 0
+    fc_cores = sorted(n.core for n in out if n.layer == fc.index)
+    assert (
+        fc_cores == sorted(n.core for n in placed if n.layer == fc.index) == sorted(set(fc_cores))
+    )
+    assert all(a == b for a, b in zip(out, placed) if a.layer != fc.index)
+    assert [replace(n, core=0) for n in out] == [replace(n, core=0) for n in placed]

@@ -20,7 +20,8 @@ import numpy as np
 
 from raptor.arch import Arch
 from raptor.errors import PassFailedError
-from raptor.spatial.ir import ComputeNode, NodeKind
+from raptor.spatial.ir import ComputeNode, NodeKind, SpatialGraph
+from raptor.spatial.tiling import last_rows_at_root
 
 
 def _no_room(arch: Arch, node: ComputeNode, used: np.ndarray) -> PassFailedError:
@@ -122,6 +123,60 @@ def pack_balanced(
         for f in followers.get(k, ()):
             placed[f] = replace(nodes[f], core=c)
     return placed, load  # type: ignore[return-value]
+
+
+def flat_groups_at_producers(sg: SpatialGraph, nodes: list[ComputeNode]) -> list[ComputeNode]:
+    """`nodes` with the row groups of every classifier that reads a flattened map of several
+    pixels (tiling.last_rows_at_root: vgg8's fc0) moved among their own cores so that a core
+    also holding a node of the map's producer holds a group whose rows are that node's pixels,
+    the group nearest the tree's root first, for the producer nodes of the last pixels first.
+
+    A core runs its nodes one after another, so a group sharing a core with the producer node of
+    the map's last pixels starts only when that node has ended. Placed there by the packing, a
+    leaf group reading an earlier pixel sent its sum up the whole tree after the last pixel (vgg8
+    arch-b fc0: group 15 of 64, pixel 12, four levels above it); holding the last pixel's group
+    instead, the core computes the sum it would wait for anyway. The groups swapped hold the same
+    crossbars, and each core still holds one group of the tree."""
+    out = list(nodes)
+    for layer in sg.layers:
+        if not last_rows_at_root(sg, layer):
+            continue
+        v = layer.inputs[0]
+        prod = next(p for p in sg.layers if p.output.buffer == v.buffer and p.output.pixels > 1)
+        ch = prod.output.channels  # rows of one producer pixel (rows in (h, w, c) order)
+        spans: dict[int, list[tuple[int, int]]] = {}
+        for n in out:
+            if n.layer == prod.index:
+                spans.setdefault(n.core, []).append((n.p0 * ch, n.p1 * ch))
+        trees: dict[tuple[int, int, int], list[int]] = {}
+        for k, n in enumerate(out):
+            if n.layer == layer.index and n.kind == NodeKind.MVM:
+                trees.setdefault((n.replica, n.c0, n.chunk), []).append(k)
+        for ks in trees.values():
+            ks.sort(key=lambda k: out[k].row_group)
+            hosts = sorted(
+                {out[k].core for k in ks} & spans.keys(), key=lambda c: -max(spans[c])[1]
+            )
+            taken: set[int] = set()
+            for core in hosts:
+                here = next(k for k in ks if out[k].core == core)
+                want = next(
+                    (
+                        k
+                        for k in ks
+                        if k not in taken
+                        and out[k].crossbars == out[here].crossbars
+                        and any(a < out[k].r1 and out[k].r0 < b for a, b in spans[core])
+                    ),
+                    here,
+                )
+                if want != here:
+                    out[here], out[want] = (
+                        replace(out[here], core=out[want].core),
+                        replace(out[want], core=core),
+                    )
+                taken.add(want)
+    return out
 
 
 class _WindowLoad:

@@ -31,7 +31,7 @@ from raptor.errors import PassFailedError
 from raptor.options import VECTOR_SPLIT
 from raptor.spatial.cost import lane_bus_ns, lane_table, node_ns, plan_lane_ns
 from raptor.spatial.ir import ComputeNode, LayerKind, NodeKind, SpatialGraph
-from raptor.spatial.merging import pack_balanced, pack_plain
+from raptor.spatial.merging import flat_groups_at_producers, pack_balanced, pack_plain
 from raptor.spatial.noc import noc_edges
 from raptor.spatial.tiling import gemm_slices, make_nodes
 
@@ -282,6 +282,7 @@ class SpatialPlanningPass:
         lanes = np.array(lane_table(arch, sg.layers, nodes))
         times = lanes * np.array([n.lanes for n in nodes], np.float64)
         placed, _ = pack_balanced(arch, nodes, times, span, self.windows, fixed, self.order_delay)
+        placed = flat_groups_at_producers(sg, placed)
         out = replace(
             sg,
             nodes=place_snake(arch, placed),
