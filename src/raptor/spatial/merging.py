@@ -21,7 +21,7 @@ import numpy as np
 from raptor.arch import Arch
 from raptor.errors import PassFailedError
 from raptor.spatial.ir import ComputeNode, NodeKind, SpatialGraph
-from raptor.spatial.tiling import last_rows_at_root
+from raptor.spatial.tiling import flat_producer
 
 
 def _no_room(arch: Arch, node: ComputeNode, used: np.ndarray) -> PassFailedError:
@@ -127,7 +127,7 @@ def pack_balanced(
 
 def flat_groups_at_producers(sg: SpatialGraph, nodes: list[ComputeNode]) -> list[ComputeNode]:
     """`nodes` with the row groups of every classifier that reads a flattened map of several
-    pixels (tiling.last_rows_at_root: vgg8's fc0) moved among their own cores so that a core
+    pixels (tiling.flat_producer, the classifiers tiling.last_rows_at_root flips: vgg8's fc0) moved among their own cores so that a core
     also holding a node of the map's producer holds a group whose rows are that node's pixels,
     the group nearest the tree's root first, for the producer nodes of the last pixels first.
 
@@ -139,10 +139,9 @@ def flat_groups_at_producers(sg: SpatialGraph, nodes: list[ComputeNode]) -> list
     crossbars, and each core still holds one group of the tree."""
     out = list(nodes)
     for layer in sg.layers:
-        if not last_rows_at_root(sg, layer):
+        prod = flat_producer(sg, layer)
+        if prod is None:
             continue
-        v = layer.inputs[0]
-        prod = next(p for p in sg.layers if p.output.buffer == v.buffer and p.output.pixels > 1)
         ch = prod.output.channels  # rows of one producer pixel (rows in (h, w, c) order)
         spans: dict[int, list[tuple[int, int]]] = {}
         for n in out:

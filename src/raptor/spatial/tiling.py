@@ -146,14 +146,16 @@ def last_rows_at_root(sg: SpatialGraph, layer: Layer) -> bool:
     sums go up the fewest levels (vgg8 fc0's 64 groups: 4 instead of 6 hops after the last
     pixel). Layers whose one input pixel comes whole (resnet's and googlenet's classifiers after
     the global pool) keep the order."""
+    return flat_producer(sg, layer) is not None
+
+
+def flat_producer(sg: SpatialGraph, layer: Layer) -> Layer | None:
+    """The layer whose map of several pixels GEMM layer `layer` of more than one row group reads
+    flattened as its one input pixel (`last_rows_at_root`), else None."""
     v = layer.inputs[0] if layer.inputs else None
-    return (
-        layer.kind == LayerKind.GEMM
-        and layer.row_groups > 1
-        and v is not None
-        and v.pixels == 1
-        and any(p.output.buffer == v.buffer and p.output.pixels > 1 for p in sg.layers)
-    )
+    if layer.kind != LayerKind.GEMM or layer.row_groups <= 1 or v is None or v.pixels != 1:
+        return None
+    return next((p for p in sg.layers if p.output.buffer == v.buffer and p.output.pixels > 1), None)
 
 
 def make_nodes(
