@@ -15,6 +15,7 @@ from raptor.options import (
     FILL_SHARES,
     FINALIST_MARGIN,
     FINALISTS,
+    HOST_CHUNKS_LATENCY,
     PACK_PIXELS,
     PACK_PIXELS_LATENCY,
     PACK_PIXELS_THROUGHPUT,
@@ -125,6 +126,7 @@ def compile_options(args: argparse.Namespace) -> CompileOptions:
         crossbar_shares=args.pim_crossbar_shares,
         fill_shares=args.pim_fill_shares,
         vector_splits=args.pim_vector_splits,
+        host_chunks=args.pim_host_chunks,
         finalists=args.pim_finalists,
         compiler=args.compiler,
         replication=args.replication,
@@ -511,6 +513,19 @@ def build_parser() -> argparse.ArgumentParser:
         "fewer replicas can end sooner where full ones make concurrent layers share cores "
         f"(default: {' '.join(f'{x:g}' for x in CROSSBAR_SHARES_LATENCY)} in latency mode, 1 in "
         "throughput mode)",
+    )
+    cp.add_argument(
+        "--pim-host-chunks",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="N",
+        help="Raptor: plan once for each N, dealing the pixels of the layer that reads the "
+        "network input from host memory (the first conv) to each replica in N chunks, whose "
+        "halo rows the replicas share over the NoC, and keep the plan whose estimated schedule "
+        "ends first (the first wins ties) or, in latency mode, the fastest finalist (default: "
+        f"{' '.join(map(str, HOST_CHUNKS_LATENCY))} in a planned latency compile with the NoC "
+        "dataflow and pixel chunks, else 1)",
     )
     cp.add_argument(
         "--pim-finalists",

@@ -212,7 +212,9 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     whole rows, planning.choose_row_chunks; not with `--pim-disable-row-chunks`) and with pixel
     chunks; chunks must be strictly better, a plan in which no layer gets more than one chunk is
     the contiguous plan, which then runs alone, and one in which no layer is cut into rows is the
-    pixel-chunk plan. Unless window packing is disabled, the
+    pixel-chunk plan; each kind of chunks once per count in `opts.host_chunks` (the chunks per
+    replica of the layer reading the network input from host memory, planning.choose_chunks;
+    the first count wins ties). Unless window packing is disabled, the
     chunked variant is then repacked (`_repack`), and so is the contiguous one when its estimate
     before repacking is no worse than the chunked one's: on the 16 default cases a repacked
     contiguous plan never won otherwise (it was 4-63 % behind the repacked chunks), and its
@@ -222,7 +224,8 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
     crossbars in `opts.crossbar_shares`; for each further share (in latency mode by default
     raptor.options.CROSSBAR_SHARES_LATENCY, fewer replicas) and each of `opts.fill_shares` (the
     rest of the crossbars then buying replicas of the slowest layer; FILL_SHARES), the
-    variant that won is planned and repacked again (if it has chunks, with both kinds of chunks),
+    variant that won is planned and repacked again (if it has chunks, with both kinds of chunks
+    and every host-chunk count),
     and kept only when it ends strictly first; then so is, with the replication of the winner so
     far, each finer vector split in `opts.vector_splits` (VECTOR_SPLITS_LATENCY), unless its NoC
     pass returns more consumer units to host memory than the winner's (their estimate misses
@@ -267,6 +270,7 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
         sg.notes.plan_estimates_ns.update(recipe.estimates)
         changes = {
             "chunks": recipe.chunks,
+            "host_chunks": recipe.host_chunks,
             "row_chunks": recipe.row_chunks,
             "windows": recipe.windows,
             "order_delay": recipe.order_delay,
@@ -288,7 +292,7 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
         if groups is not None and shape in groups:
             continue  # no layer changes its row groups or packs: the same plans
         groups = (groups or []) + [shape]
-        chunks = None if best is None else (best.chunks, best.row_chunks)
+        chunks = None if best is None else (best.chunks, best.row_chunks, best.host_chunks)
         tag = (small, 0 if pack == pack0 else pack)
         tiled[tag] = sg
         try:
@@ -336,6 +340,7 @@ def _plan(arch: Arch, sg, opts: CompileOptions, timed: PassTimer, memo: PlanMemo
                 c.row_chunks,
                 c.order_delay,
                 c.vector_split,
+                c.host_chunks,
             ),
         )
         for c in finals
@@ -364,15 +369,17 @@ def _search(
     opts: CompileOptions,
     tag: tuple[int, int],
     timed: PassTimer,
-    chunks_only: tuple[bool, bool] | None = None,
+    chunks_only: tuple[bool, bool, int] | None = None,
 ):
     """The candidate plans of one tiling (`_plan`): (the one whose estimate ends first, None when
     `chunks_only` left no candidate; every candidate). The variants: contiguous ranges, row
-    chunks (not with `--pim-disable-row-chunks`) and pixel chunks, the later replications only
-    those of the first one's winner (contiguous ranges, or both kinds of chunks), then the finer
-    vector splits with the replication of the winner so far (`_plan`); `chunks_only`:
-    only this (pixel chunks, row chunks), the first tiling's winner (trying both kinds of chunks
-    in every tiling measured the same on the 8 latency cases, googlenet's compiles 36-42 -> 50 s)."""
+    chunks (not with `--pim-disable-row-chunks`) and pixel chunks, each chunked kind once per
+    count in `opts.host_chunks`, the later replications only those of the first one's winner
+    (contiguous ranges, or both kinds of chunks with every host count), then the finer vector
+    splits with the replication of the winner so far (`_plan`); `chunks_only`: only this (pixel
+    chunks, row chunks, host chunks), the first tiling's winner (trying both kinds of chunks in
+    every tiling measured the same on the 8 latency cases, googlenet's compiles 36-42 -> 50 s;
+    both host counts in every tiling, the same resnet18 arch-b program in 97 s instead of 66)."""
     pipelined = opts.mode == "throughput"
     replications = [(x, False, VECTOR_SPLIT) for x in opts.crossbar_shares]
     replications += [(x, True, VECTOR_SPLIT) for x in opts.fill_shares]
@@ -391,17 +398,19 @@ def _search(
         if k == len(replications):
             break
         share, fill, split = replications[k]
-        variants = [(False, False)]
+        variants = [(False, False, 1)]
         if passes[at].chunks:
-            variants[:0] = (
-                [(True, False)] if opts.disable_row_chunks else [(True, False), (True, True)]
-            )
+            kinds = [(True, False)] if opts.disable_row_chunks else [(True, False), (True, True)]
+            variants[:0] = [(c, r, h) for h in opts.host_chunks for c, r in kinds]
         if chunks_only is not None:
             variants = [chunks_only]
-        for chunks, rows in variants if k == 0 else [v for v in variants if v[0] == best.chunks]:
+        if k:
+            variants = [v for v in variants if v[0] == best.chunks]
+        for chunks, rows, host in variants:
             how = {
                 "chunks": chunks,
                 "row_chunks": rows,
+                "host_chunks": host,
                 "crossbar_share": share,
                 "fill_slowest": fill,
                 "vector_split": split,
@@ -416,7 +425,7 @@ def _search(
                 # another replication bought the same replicas)
             tried.append(planned.nodes)
             est, first = _trial(arch, planned, timed)
-            label = _label(chunks, share, fill, *tag, rows=rows, split=split)
+            label = _label(chunks, share, fill, *tag, rows=rows, split=split, host=host)
             sg.notes.plan_estimates_ns[label] = est
             span = _core_span_ns(first)
             cand = _Candidate(est, span, planned, first, None, label, **how, tag=tag)
@@ -448,6 +457,7 @@ def _label(
     pack: int = 0,
     rows: bool = False,
     split: int = VECTOR_SPLIT,
+    host: int = 1,
 ) -> str:
     """A candidate plan's name in plan_estimates_ns: "chunked", "rows" (pixel chunks, those of
     the layers with rows enough whole output rows) or "contiguous", "@share" when its
@@ -455,12 +465,14 @@ def _label(
     bought replicas of the slowest layer, "/small<N>" when the layers of few pixels were cut into
     row groups of N tiles, "/pack<K>" when remainder tiles were packed K pixels at a time instead
     of the first of `pack_pixels`, "/split<N>" when vector layers were split to 1/N of the
-    slowest GEMM node instead of 1/VECTOR_SPLIT."""
+    slowest GEMM node instead of 1/VECTOR_SPLIT, "/host<N>" when the layer reading the network
+    input from host memory was dealt to its replicas in N chunks (planning.choose_chunks)."""
     kind = ("rows" if rows else "chunked") if chunks else "contiguous"
     name = kind + ("" if share == 1.0 else f"@{share:g}")
     name += ("+fill" if fill else "") + (f"/small{small}" if small else "")
     name += f"/pack{pack}" if pack else ""
-    return name + ("" if split == VECTOR_SPLIT else f"/split{split}")
+    name += "" if split == VECTOR_SPLIT else f"/split{split}"
+    return name + (f"/host{host}" if host > 1 else "")
 
 
 class _Final(NamedTuple):
@@ -492,6 +504,7 @@ class _Candidate(NamedTuple):
     tag: tuple[int, int] = (0, 0)  # (small-layer row-group tiles, pack pixels; 0: the first)
     order_delay: bool = False  # placed by layer-order delays (`_delay_repack`)
     vector_split: int = VECTOR_SPLIT  # vector layers split to 1/N of the slowest GEMM node
+    host_chunks: int = 1  # chunks per replica of the layer reading host rows (planning)
 
     @property
     def small_tiles(self) -> int:
@@ -510,6 +523,7 @@ class _Candidate(NamedTuple):
             "crossbar_share": self.crossbar_share,
             "fill_slowest": self.fill_slowest,
             "vector_split": self.vector_split,
+            "host_chunks": self.host_chunks,
         }
 
 
@@ -594,6 +608,7 @@ def _repack(
         *tag,
         rows=how["row_chunks"],
         split=how["vector_split"],
+        host=how["host_chunks"],
     )
     label += "_delay" if how.get("order_delay") else "_repacked"
     out = []

@@ -28,6 +28,17 @@ ROW_SEGMENT_PIXELS = 1
 # 29.90 ms); 6 finalists within 10 % found nothing more, nor did 5 within 15 % (stop 43).
 FINALISTS = 3
 FINALIST_MARGIN = 0.05
+# Chunks per replica tried for the layer that reads the network input from host memory (the
+# first conv, planning.choose_chunks), one plan variant each in a planned latency compile
+# (raptor.compiler._search; `--pim-host-chunks`): its replicas share their halo rows over the NoC
+# either way (raptor.pim.halo), and in 2 chunks its first output rows come after half its work.
+# Measured on the 8 default latency cases (raptor-only suite) with both variants: resnet18 arch-a
+# 8.189 -> 7.761 ms, resnet34 -3.2 / -4.0 % (arch-a / arch-b), vgg8 -3.1 / -2.2 %, googlenet
+# arch-a -0.9 %, googlenet arch-b the same plan, resnet18 arch-b +0.2 % (the estimate's choice);
+# 2 chunks alone: googlenet arch-b +6.6 %; 3 or 4 chunks: resnet18 arch-a 8.012 / 8.228 ms, vgg8
+# arch-b 1.818 / 1.856 ms. Throughput compiles keep one chunk (a pipelined program's halo
+# exchange runs with one of the layer's nodes per core, raptor.pim.halo).
+HOST_CHUNKS_LATENCY = (1, 2)
 
 # Row tiles per row group of a GEMM layer in a planned latency compile (spatial/tiling.py,
 # `raptor compile --pim-row-group-tiles`; 0: as many as fit one core, the throughput default).
@@ -169,6 +180,10 @@ class CompileOptions:
     # Raptor: finer vector splits, one more candidate plan each (VECTOR_SPLITS_LATENCY); None:
     # VECTOR_SPLITS_LATENCY for a planned latency compile with the NoC dataflow, else none
     vector_splits: tuple[int, ...] | None = None
+    # Raptor: chunks per replica of the layer reading the network input from host memory, one plan
+    # variant each; None: HOST_CHUNKS_LATENCY for a planned latency compile with the NoC dataflow
+    # and pixel chunks, else (1,)
+    host_chunks: tuple[int, ...] | None = None
     # Raptor, latency mode: plans programmed and simulated, the estimate's best and runners-up
     # within FINALIST_MARGIN of it; the fastest is kept (1: the estimate's choice)
     finalists: int = FINALISTS
@@ -240,6 +255,15 @@ class CompileOptions:
         object.__setattr__(self, "vector_splits", splits)
         if any(k < 1 for k in splits) or len(set(splits)) < len(splits):
             raise RaptorError(f"vector splits must be distinct numbers >= 1, got {list(splits)}")
+        if self.host_chunks is None:
+            planned = self.compiler == "raptor" and not self.disable_spatial_planning
+            noc = planned and not self.disable_noc_dataflow and not self.disable_pixel_chunks
+            hosts = HOST_CHUNKS_LATENCY if noc and self.mode == "latency" else (1,)
+            object.__setattr__(self, "host_chunks", hosts)
+        hosts = tuple(int(k) for k in self.host_chunks)
+        object.__setattr__(self, "host_chunks", hosts)
+        if not hosts or any(k < 1 for k in hosts) or len(set(hosts)) < len(hosts):
+            raise RaptorError(f"host chunks must be distinct numbers >= 1, got {list(hosts)}")
         if self.compiler not in ("raptor", "pimcomp"):
             raise RaptorError(f"unknown compiler {self.compiler!r} (raptor or pimcomp)")
         if self.replication not in ("balance", "W0H0", "uniform"):

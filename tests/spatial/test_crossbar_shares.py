@@ -49,9 +49,12 @@ def test_a_smaller_share_wins_on_vgg8_latency():
     program is faster in simulation too (measured 3.00 -> 2.48 ms), with fewer crossbars and the
     same values. The report names every candidate and the share of the kept one."""
     model = build_model("vgg8", input_size=32)
-    # without the finer vector splits, which plan with the winning share (test_vector_splits.py)
-    rep_d, sim_d, err_d = _run(model, CompileOptions(vector_splits=()))
-    every = CompileOptions(crossbar_shares=(1.0,), fill_shares=(), vector_splits=())
+    # without the finer vector splits, which plan with the winning share (test_vector_splits.py),
+    # and conv0 in one chunk per replica (test_noc.py covers two)
+    rep_d, sim_d, err_d = _run(model, CompileOptions(vector_splits=(), host_chunks=(1,)))
+    every = CompileOptions(
+        crossbar_shares=(1.0,), fill_shares=(), vector_splits=(), host_chunks=(1,)
+    )
     rep_1, sim_1, err_1 = _run(model, every)
     assert err_d <= 1e-3 and err_1 <= 1e-3
     est = rep_d["plan_estimates_ns"]

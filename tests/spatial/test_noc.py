@@ -84,7 +84,9 @@ def test_noc_with_residuals_and_row_groups_on_a_small_chip():
     arch = load_arch(str(ARCH_TINY))
     model = toy_resnet(hw=16, c=48)
     for plan in (True, False):
-        opts = CompileOptions(disable_spatial_planning=not plan, disable_window_packing=True)
+        opts = CompileOptions(
+            disable_spatial_planning=not plan, disable_window_packing=True, host_chunks=(1,)
+        )
         res, rep, err = _values(model, arch, opts, 16)
         assert err <= 1e-3, plan
         assert check_programs(res.program.cores).ok
@@ -221,17 +223,18 @@ def test_order_delay_packing_cuts_resnet34_latency(tmp_path, monkeypatch):
     path = tmp_path / "resnet34.onnx"
     onnx.save(model, path)
     cached = CachedModel(path, tmp_path / "common", "code-v1")
-    res, rep, err = _values(model, arch, CompileOptions(**TWO_TILINGS), 96)
+    two = {**TWO_TILINGS, "host_chunks": (1,)}  # conv1 in one chunk per replica, as measured
+    res, rep, err = _values(model, arch, CompileOptions(**two), 96)
     est, kept = res.report["plan_estimates_ns"], res.report["plan_kept"]
     assert "_delay" in kept and err <= 1e-3
     assert est[kept] < min(v for k, v in est.items() if "_delay" not in k)
-    compiler.compile_model(cached, arch, CompileOptions(**TWO_TILINGS))  # stores the recipe
+    compiler.compile_model(cached, arch, CompileOptions(**two))  # stores the recipe
     monkeypatch.setattr(compiler, "_trial", lambda *a: pytest.fail("compared again"))
-    hit = compiler.compile_model(cached, arch, CompileOptions(**TWO_TILINGS))
+    hit = compiler.compile_model(cached, arch, CompileOptions(**two))
     assert [c.tobytes() for c in hit.program.cores] == [c.tobytes() for c in res.program.cores]
     monkeypatch.undo()
     monkeypatch.setattr(compiler, "_delay_repack", lambda *a: [])
-    off, rep_off, err_off = _values(model, arch, CompileOptions(**TWO_TILINGS), 96)
+    off, rep_off, err_off = _values(model, arch, CompileOptions(**two), 96)
     assert err_off <= 1e-3 and "_delay" not in off.report["plan_kept"]
     assert not any("_delay" in k for k in off.report["plan_estimates_ns"])
     assert rep.latency_ns < 0.99 * rep_off.latency_ns
@@ -249,7 +252,7 @@ def test_window_packing_cuts_googlenet_latency():
     arch = load_arch("arch-a")
     model = build_model("googlenet", input_size=64)
     one = {"crossbar_shares": (1.0,), "fill_shares": (), "small_layer_group_tiles": (0,)}
-    one["vector_splits"] = ()
+    one |= {"vector_splits": (), "host_chunks": (1,)}  # conv1 in one chunk per replica
     res, rep, err = _values(model, arch, CompileOptions(**one), 64)
     off = CompileOptions(disable_window_packing=True, **one)
     res_o, rep_o, err_o = _values(model, arch, off, 64)
@@ -535,15 +538,16 @@ def test_first_conv_replicas_share_halo_rows(monkeypatch):
 
     arch = load_arch("arch-b")
     model = build_model("resnet18", input_size=64)
-    # one plan (the estimate does not see the exchange), with fewer conv1 replicas than rows
-    opts = CompileOptions(finalists=1, crossbar_shares=(0.5,), fill_shares=())
+    # one plan (the estimate does not see the exchange), with fewer conv1 replicas than rows,
+    # each one contiguous range (the next test deals them chunks)
+    opts = CompileOptions(finalists=1, crossbar_shares=(0.5,), fill_shares=(), host_chunks=(1,))
     res, rep, err = _values(model, arch, opts, 64)
     halo = res.report["halo_exchange"]
     assert err <= 1e-3
     assert halo["nodes"] >= 2 and halo["rows_received"] > 0
     conv1 = res.report["host_load_bytes_per_layer"]["conv1"]
     row = 64 * 3 * arch.element_bytes
-    monkeypatch.setattr(codegen, "halo_plan", lambda sg, lines: {})
+    monkeypatch.setattr(codegen, "halo_plan", lambda sg, lines, shared=True: {})
     res0, rep0, err0 = _values(model, arch, opts, 64)
     assert err0 <= 1e-3 and res0.report["halo_exchange"]["nodes"] == 0
     conv1_0 = res0.report["host_load_bytes_per_layer"]["conv1"]
@@ -551,3 +555,62 @@ def test_first_conv_replicas_share_halo_rows(monkeypatch):
     assert conv1_0 - conv1 == halo["rows_received"] * row
     assert conv1 >= 64 * row
     assert _ops(res.program, Opcode.SEND) - _ops(res0.program, Opcode.SEND) == halo["rows_received"]
+
+
+def test_first_conv_chunks_share_halo_rows(monkeypatch):
+    """The same compile with conv1 dealt to each replica in two chunks (`host_chunks`): the
+    first part of the image to every replica, then the rest, so maxpool gets its first rows after
+    half of conv1's work. Every chunk node takes part in the exchange: each core's first node
+    loads and exchanges the rows of both of its nodes, all before its first mvmul, and the second
+    keeps its rows in the core's halo area. The image is loaded from host memory no more often
+    than with one chunk per replica, and the values still match onnxruntime. A pipelined program
+    keeps one node of the layer per core: there the layer does not share."""
+    import raptor.pim.codegen as codegen
+    from raptor.pim.halo import halo_plan
+
+    seen = {}
+
+    def spy(sg, lines, shared=True):
+        seen.update(sg=sg, lines=lines, plan=halo_plan(sg, lines, shared))
+        return seen["plan"]
+
+    monkeypatch.setattr(codegen, "halo_plan", spy)
+    arch = load_arch("arch-b")
+    model = build_model("resnet18", input_size=64)
+    # the plan's core numbers stay the program's (no renumbering by traffic)
+    how = {"finalists": 1, "crossbar_shares": (0.5,), "fill_shares": ()}
+    opts = CompileOptions(**how, host_chunks=(2,), disable_mesh_placement=True)
+    res, rep, err = _values(model, arch, opts, 64)
+    assert err <= 1e-3
+    assert res.report["pixel_chunks"]["conv1"] == 2
+    sg, plan = seen["sg"], seen["plan"]
+    conv1 = [n for n in sg.nodes if sg.layers[n.layer].name == "conv1"]
+    assert len(conv1) >= 4 and {n.id for n in conv1} == set(plan)
+    assert res.report["halo_exchange"]["nodes"] == len(conv1)
+    leads = [n for n in conv1 if plan[n.id].lead]
+    assert len(leads) == len(conv1) // 2  # one per core: both chunks of a replica on its core
+    for n in leads:
+        h = plan[n.id]
+        assert len(h.members) == 1 and not plan[h.members[0]].lead
+        assert {nid for _, _, nid, _, _ in h.exchanges} <= {n.id, h.members[0]}
+        # the core's first messages are the exchange's rows, in its order, before any mvmul
+        rec = res.program.cores[n.core]
+        code = rec["opcode"]
+        msgs = np.flatnonzero(np.isin(code, (Opcode.SEND, Opcode.RECV)))
+        want = [
+            (Opcode.SEND if send else Opcode.RECV, peer)
+            for send, peer, _, a, b in h.exchanges
+            for _ in range(a, b)
+        ]
+        first = msgs[: len(want)]
+        assert [(code[i], rec["r2_or_imm"][i]) for i in first] == want
+        assert first[-1] < np.flatnonzero(code == Opcode.MVMUL)[0]
+    # the second chunks receive rows too (into their areas), not only the first ones
+    assert any(plan[m].present for n in leads for m in plan[n.id].members)
+    assert any(nid != n.id for n in leads for _, _, nid, _, _ in plan[n.id].exchanges)
+    assert halo_plan(sg, seen["lines"], shared=False) == {}
+    host = res.report["host_load_bytes_per_layer"]["conv1"]
+    res1 = compile_model(model, arch, CompileOptions(**how, host_chunks=(1,)))
+    assert res1.report["halo_exchange"]["nodes"] >= 2 and "conv1" not in res1.report["pixel_chunks"]
+    assert host <= res1.report["host_load_bytes_per_layer"]["conv1"]
+    assert host >= 64 * 64 * 3 * arch.element_bytes

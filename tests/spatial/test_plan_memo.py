@@ -46,7 +46,8 @@ def test_memo_hit_gives_the_program_of_a_full_comparison(
     latency plan, bought with 85 % of the crossbars and the rest on its slowest layer, its crossbar
     share and fill)."""
     model = _cached(tmp_path, toy(hw=8), toy.__name__)
-    one = {"pack_pixels": 1}  # the plans the docstring describes (no packed remainders)
+    # the plans the docstring describes (no packed remainders, conv1 in one chunk per replica)
+    one = {"pack_pixels": 1, "host_chunks": (1,)}
     base = CompileOptions(mode=mode, pipeline=pipeline, **one)
     nosync = CompileOptions(mode=mode, pipeline=pipeline, disable_synchronization=True, **one)
     fresh_nosync = _compile(model.path, nosync)  # a plain path: no memo
@@ -103,6 +104,9 @@ def test_recipe_round_trip_and_unreadable_memo(tmp_path):
     split = PlanRecipe(True, windows, est, 0.9, False, 0, "rows@0.9/split32_repacked3", 0, True, False, 32)  # fmt: skip
     memo.put(split)
     assert memo.get() == split and memo.get().vector_split == 32
+    host = PlanRecipe(True, windows, est, 0.9, False, 0, "rows@0.9/host2_repacked3", 0, True, False, 32, 2)  # fmt: skip
+    memo.put(host)
+    assert memo.get() == host and memo.get().host_chunks == 2
     memo.path.write_text("{not json")
     assert memo.get() is None
     memo.path.write_text(json.dumps({**r.to_json(), "format": 0}))
@@ -147,9 +151,9 @@ def test_a_repacking_round_that_places_alike_is_not_ordered(monkeypatch):
     monkeypatch.setattr(
         message_order, "order_messages", lambda a, sg: calls.append(1) or order(a, sg)
     )
-    # (the smaller crossbar shares buy the same replicas here; no fill share or finer vector
-    # split: one more plan each)
-    opts = CompileOptions(fill_shares=(), vector_splits=())
+    # (the smaller crossbar shares buy the same replicas here; no fill share, finer vector split
+    # or conv1 in chunks: one more plan each)
+    opts = CompileOptions(fill_shares=(), vector_splits=(), host_chunks=(1,))
     res = compiler.compile_model(toy_resnet(hw=16), ARCH, opts)
     est = res.report["plan_estimates_ns"]
     same = est["contiguous"]

@@ -21,7 +21,7 @@ from raptor.isa.opcodes import Opcode
 from raptor.isa.pimdir import PimProgram
 from raptor.isa.table import concat, make
 from raptor.pim.constants import const_area, load_positions, load_records, node_constants
-from raptor.pim.halo import halo_plan
+from raptor.pim.halo import halo_areas, halo_plan
 from raptor.pim.lowering import lower_node_bands
 from raptor.pim.lowering_ctx import LowerCtx
 from raptor.pim.lowering_lines import use_line_buffer
@@ -97,7 +97,11 @@ def generate(
         )
     ctx = LowerCtx(arch, sg, address, sg.reduce_links(), line_buffers=line_buffers)
     if sg.noc is not None:
-        ctx.halo = halo_plan(sg, partial(use_line_buffer, ctx))
+        shared = meta.get("pipeline", 1) == 1
+        ctx.halo = halo_plan(sg, partial(use_line_buffer, ctx), shared)
+        ctx.halo_area, ctx.halo_bytes = halo_areas(
+            sg, ctx.halo, ctx.persist_top, arch.element_bytes
+        )
     by_core = sg.nodes_by_core()
     n_cores = arch.core_count
     cores: list[np.ndarray] = []
@@ -146,7 +150,8 @@ def generate(
         codes, peaks = lower_core(ctx, core, nodes, ag_bases)
         area = ctx.consts.get(core, {})
         loads = load_positions(ctx, nodes, codes) if area else {}
-        persist = sg.noc.persist.get(core, 0) if sg.noc is not None else 0
+        persist = arch.core.local_memory.memory_size - ctx.persist_top(core)
+        persist += ctx.halo_bytes.get(core, 0)
         core_spans = spans.setdefault(f"core{core}", [])
         for i, (n, code, peak) in enumerate(zip(nodes, codes, peaks)):
             blocks += load_records(ctx, area, loads.get(i, []))

@@ -19,6 +19,9 @@ class LowerCtx:
     line_choice: dict[tuple[int, int, int, int], bool] = field(default_factory=dict)
     line_buffers: bool = True  # False: a line buffer only where the NoC dataflow needs it
     halo: dict = field(default_factory=dict)  # node id -> raptor.pim.halo.HaloNode
+    # raptor.pim.halo.halo_areas: node id -> local address of its rows, core -> the area's bytes
+    halo_area: dict[int, int] = field(default_factory=dict)
+    halo_bytes: dict[int, int] = field(default_factory=dict)
     # core -> constant slice -> local address (raptor.pim.constants.const_area)
     consts: dict[int, dict] = field(default_factory=dict)
 
@@ -32,11 +35,15 @@ class LowerCtx:
         return self.arch.element_bytes
 
     def capacity(self, core: int, with_constants: bool = True) -> int:
-        """Local memory a node's scratch may use: below the core's persistent NoC buffers and
-        (`with_constants`) its constant area."""
-        noc = self.sg.noc
-        persist = noc.persist.get(core, 0) if noc is not None else 0
-        top = self.arch.core.local_memory.memory_size - persist
+        """Local memory a node's scratch may use: below the core's persistent NoC buffers, its
+        halo area and (`with_constants`) its constant area."""
+        top = self.persist_top(core) - self.halo_bytes.get(core, 0)
         if with_constants and self.consts.get(core):
             top = min(self.consts[core].values())
         return top
+
+    def persist_top(self, core: int) -> int:
+        """Where the core's persistent NoC buffers begin (the top of local memory without them)."""
+        noc = self.sg.noc
+        persist = noc.persist.get(core, 0) if noc is not None else 0
+        return self.arch.core.local_memory.memory_size - persist

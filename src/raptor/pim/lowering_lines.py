@@ -146,10 +146,11 @@ def lower_mvm_lines(
     noc = ctx.sg.noc
     fed = noc is not None and noc.is_fed(node)
     # a fed node's rows sit in its persistent NoC buffer, padding zeroed at program start
-    ring = None if fed else alloc.alloc(kh * row_bytes, "ring")
-    zero_row = alloc.alloc(row_bytes, "zero row")
     halo = ctx.halo.get(node.id)  # rows other replicas load and send (raptor.pim.halo)
-    h0, h1 = halo.received if halo is not None else (0, 0)
+    area = ctx.halo_area.get(node.id)  # every input row in the core's halo area
+    ring = None if fed or area is not None else alloc.alloc(kh * row_bytes, "ring")
+    zero_row = alloc.alloc(row_bytes, "zero row")
+    h0, h1 = halo.received if halo is not None and area is None else (0, 0)
     hbuf = alloc.alloc((h1 - h0) * row_bytes, "halo") if h1 > h0 else None
     cross = [(a, b) for a, b in tiles if a // krow != (b - 1) // krow]
     win = alloc.alloc(max((b - a for a, b in cross), default=1) * eb, "window")
@@ -173,10 +174,13 @@ def lower_mvm_lines(
         regs.loc(pk_out)
     # zero the ring's padding columns and the zero row once (the node reads only columns
     # [x0, x1) of a row, which every load writes, and the padding)
-    spans = [] if fed else ring_padding(ring, kh, row_bytes, pl, v.width, wp, c * eb)
+    spans = [] if ring is None else ring_padding(ring, kh, row_bytes, pl, v.width, wp, c * eb)
     spans += chunks(zero_row, row_bytes)
     if hbuf is not None:
         spans += chunks(hbuf, (h1 - h0) * row_bytes)
+    for m in halo.members if halo is not None else ():  # the areas the prologue fills
+        r0, r1 = ctx.halo[m].rows
+        spans += chunks(ctx.halo_area[m], (r1 - r0) * row_bytes)
     zero_all = [
         make(Opcode.LLDI, rd=R_ZERO, r2_or_imm=0, generic1=OFFSET_RD, generic2=a, generic3=n)
         for a, n in spans
@@ -190,6 +194,8 @@ def lower_mvm_lines(
     def slot(iy: int) -> int:
         if fed:
             return noc.in_row_addr(node, iy)
+        if area is not None:
+            return area + (iy - halo.rows[0]) * row_bytes
         if h0 <= iy < h1:
             return hbuf + (iy - h0) * row_bytes
         return ring + (iy % kh) * row_bytes
@@ -220,16 +226,24 @@ def lower_mvm_lines(
         return load_host_row(v, iy, x0, x1, base, t_addr, eb)
 
     if halo is not None:
-        blocks += [r for iy in halo.preload for r in load_row(iy)]
-        inner, size = (x0 + pl) * c * eb, (x1 - x0) * c * eb
-        for send, peer, a, b in halo.exchanges:
+        # the core's part of the exchange (on its first node of the layer): whole rows, loaded
+        # from host memory or received into the slots of the node they are for
+        def row_at(nid: int, iy: int) -> int:
+            if nid == node.id:
+                return slot(iy)
+            return ctx.halo_area[nid] + (iy - ctx.halo[nid].rows[0]) * row_bytes
+
+        inner, size = pl * c * eb, v.width * c * eb
+        for nid, iy in halo.preload:
+            blocks += load_host_row(v, iy, 0, v.width, row_at(nid, iy) + inner, t_addr, eb)
+        for send, peer, nid, a, b in halo.exchanges:
             op = Opcode.SEND if send else Opcode.RECV
             for iy in range(a, b):
                 blocks += [
-                    sldi(t_addr, slot(iy) + inner),
+                    sldi(t_addr, row_at(nid, iy) + inner),
                     make(op, rd=t_addr, r2_or_imm=peer, generic3=size),
                 ]
-                loaded.add(iy)
+        loaded |= halo.present
     steps = line_steps(ctx, node, bands, before, after)
     # One lane block holds the pixels of every step: its records run lane by lane, so each step's
     # pixels are one contiguous run of them, cut out below between the step's messages, loads

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raptor.spatial.ir import ComputeNode, Layer
+from raptor.spatial.ir import BufferRole, ComputeNode, Layer, LayerKind, SpatialGraph
 
 
 @dataclass(frozen=True)
@@ -93,3 +93,13 @@ def lines_rows(layer: Layer, node: ComputeNode, i0: int, i1: int) -> list[int]:
             if 0 <= iy < v.height:
                 seen.setdefault(iy, None)
     return list(seen)
+
+
+def reads_host_rows(sg: SpatialGraph, layer: Layer) -> bool:
+    """A one-row-group weight layer whose window input is a network input in host memory, read
+    in rows (the first conv): its replicas can share their halo rows over the NoC
+    (raptor.pim.halo), so its pixels may be dealt to them in chunks (planning.choose_chunks)."""
+    if layer.kind != LayerKind.GEMM or layer.row_groups != 1 or not layer.inputs:
+        return False
+    v = layer.inputs[0]
+    return v.chw is None and v.height > 1 and sg.buffers[v.buffer].role != BufferRole.ACT

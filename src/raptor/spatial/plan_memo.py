@@ -40,7 +40,7 @@ from raptor.arch import Arch
 from raptor.options import VECTOR_SPLIT, CompileOptions
 
 MEMO_DIR = "plans"
-FORMAT = 8
+FORMAT = 9
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class PlanRecipe:
     row_chunks: bool = False  # the chunks of the layers with rows enough are whole output rows
     order_delay: bool = False  # packed by layer-order delays (raptor.compiler._repack)
     vector_split: int = VECTOR_SPLIT  # vector layers split to 1/N of the slowest GEMM node
+    host_chunks: int = 1  # chunks per replica of the layer reading host rows (planning)
 
     def to_json(self) -> dict:
         windows = None
@@ -76,6 +77,7 @@ class PlanRecipe:
             "row_chunks": self.row_chunks,
             "order_delay": self.order_delay,
             "vector_split": self.vector_split,
+            "host_chunks": self.host_chunks,
         }
 
     @staticmethod
@@ -100,6 +102,7 @@ class PlanRecipe:
             rows,
             delay,
             split,
+            int(d["host_chunks"]),
         )
 
 

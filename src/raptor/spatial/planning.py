@@ -30,6 +30,7 @@ from raptor.arch.timing import memory_latency_ns
 from raptor.errors import PassFailedError
 from raptor.options import VECTOR_SPLIT
 from raptor.spatial.cost import lane_bus_ns, lane_table, node_ns, plan_lane_ns
+from raptor.spatial.geometry import reads_host_rows
 from raptor.spatial.ir import ComputeNode, LayerKind, NodeKind, SpatialGraph
 from raptor.spatial.merging import flat_groups_at_producers, pack_balanced, pack_plain
 from raptor.spatial.noc import noc_edges
@@ -142,16 +143,23 @@ CHUNKS_MAX = 4
 CHUNK_PIXELS = 8
 
 
-def choose_chunks(sg: SpatialGraph, reps: dict[int, int], fed: dict) -> dict[int, int]:
+def choose_chunks(
+    sg: SpatialGraph, reps: dict[int, int], fed: dict, host: int = 1
+) -> dict[int, int]:
     """Pixel chunks per replica of every replicated GEMM layer whose window input comes over the
-    NoC (`fed`, noc.noc_edges). A layer that loads its input from host memory stays in one chunk
-    per replica: each chunk would load its own halo rows (googlenet conv1: twice the host bytes
-    and a 1.5 ms later end)."""
+    NoC (`fed`, noc.noc_edges), and `host` chunks per replica of a layer that reads the network
+    input from host memory in rows (geometry.reads_host_rows: the first conv). The chunks of such
+    a layer share their halo rows over the NoC as whole replicas do (raptor.pim.halo), so the
+    image is still loaded once, and its first rows of output come after 1 / `host` of its work:
+    resnet18 arch-a's conv1 (64 replicas of 1.75 output rows, 1.2 ms each) finished no row of
+    maxpool's input before 1.1 ms and layer1 began at 1.7 ms; in two chunks it began at 1.15 ms."""
     out = {}
     for i, r in reps.items():
         if r >= 2 and i in fed:
             per = sg.layers[i].out_pixels / r
             out[i] = max(1, min(CHUNKS_MAX, math.ceil(per / CHUNK_PIXELS)))
+        elif r >= 2 and host > 1 and reads_host_rows(sg, sg.layers[i]):
+            out[i] = host
     return out
 
 
@@ -229,6 +237,8 @@ class SpatialPlanningPass:
     chunks: bool = False  # interleave each replica's pixels in chunks (choose_chunks)
     # with chunks: cut the layers that have rows enough into whole output rows (choose_row_chunks)
     row_chunks: bool = False
+    # with chunks: chunks per replica of a layer that reads the network input from host memory
+    host_chunks: int = 1
     # layer -> (start, end) ns of an estimated execution: pack by load within each layer's window
     # (merging.pack_balanced) instead of total load
     windows: dict[int, tuple[float, float]] | None = field(default=None, compare=False)
@@ -255,7 +265,7 @@ class SpatialPlanningPass:
             reps, splits = choose_replication(
                 arch, sg, share, self.latency, self.noc, fill, self.vector_split
             )
-            chunks = choose_chunks(sg, reps, fed) if fed is not None else {}
+            chunks = choose_chunks(sg, reps, fed, self.host_chunks) if fed is not None else {}
             rows = choose_row_chunks(sg, reps, chunks) if self.row_chunks else frozenset()
             try:
                 return self.place(arch, sg, reps, splits, chunks, span, rows=rows)
