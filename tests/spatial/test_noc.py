@@ -614,3 +614,27 @@ def test_first_conv_chunks_share_halo_rows(monkeypatch):
     assert res1.report["halo_exchange"]["nodes"] >= 2 and "conv1" not in res1.report["pixel_chunks"]
     assert host <= res1.report["host_load_bytes_per_layer"]["conv1"]
     assert host >= 64 * 64 * 3 * arch.element_bytes
+
+
+def test_host_chunk_options(refused_compile):
+    """Two chunks of the first conv are a plan variant of planned latency compiles with the NoC
+    dataflow and pixel chunks only; the counts must be distinct numbers >= 1, a one-line user
+    error otherwise, and a failed compile writes nothing."""
+    from raptor.errors import RaptorError
+    from raptor.options import HOST_CHUNKS_LATENCY
+
+    assert HOST_CHUNKS_LATENCY == (1, 2) and CompileOptions().host_chunks == (1, 2)
+    for off in (
+        {"mode": "throughput", "pipeline": 4},
+        {"disable_noc_dataflow": True},
+        {"disable_spatial_planning": True},
+        {"disable_pixel_chunks": True},
+        {"compiler": "pimcomp"},
+    ):
+        assert CompileOptions(**off).host_chunks == (1,), off
+    assert CompileOptions(host_chunks=[2]).host_chunks == (2,)
+    for bad in [(2, 2), (0,), ()]:
+        with pytest.raises(RaptorError, match="host chunks must be distinct numbers >= 1"):
+            CompileOptions(host_chunks=bad)
+    err = refused_compile("--pim-host-chunks", "2", "2")
+    assert err == "raptor: error: host chunks must be distinct numbers >= 1, got [2, 2]\n"
