@@ -191,11 +191,14 @@ def lower_mvm_lines(
     loaded: set[int] = set()
     mbiw = arch.weight_bits
 
+    def area_row(nid: int, iy: int) -> int:  # row iy in node nid's halo area
+        return ctx.halo_area[nid] + (iy - ctx.halo[nid].rows[0]) * row_bytes
+
     def slot(iy: int) -> int:
         if fed:
             return noc.in_row_addr(node, iy)
         if area is not None:
-            return area + (iy - halo.rows[0]) * row_bytes
+            return area_row(node.id, iy)
         if h0 <= iy < h1:
             return hbuf + (iy - h0) * row_bytes
         return ring + (iy % kh) * row_bytes
@@ -229,9 +232,7 @@ def lower_mvm_lines(
         # the core's part of the exchange (on its first node of the layer): whole rows, loaded
         # from host memory or received into the slots of the node they are for
         def row_at(nid: int, iy: int) -> int:
-            if nid == node.id:
-                return slot(iy)
-            return ctx.halo_area[nid] + (iy - ctx.halo[nid].rows[0]) * row_bytes
+            return slot(iy) if nid == node.id else area_row(nid, iy)
 
         inner, size = pl * c * eb, v.width * c * eb
         for nid, iy in halo.preload:
